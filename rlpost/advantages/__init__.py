@@ -1,0 +1,1 @@
+"""rlpost advantages components (see base.py)."""

@@ -1,0 +1,47 @@
+"""The advantage Protocol, its registry, and the typed group batch every estimator reads.
+
+Shapes: N = number of completions in the generation batch (prompts x G), G = completions per
+prompt, R = reward terms, T = completion length (padded). Rows ``g*G .. g*G+G-1`` share a prompt.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from rlpost.registry import Registry
+
+
+@dataclass
+class GroupBatch:
+    """What an advantage estimator may read about one generation batch."""
+
+    rewards: torch.Tensor  # [N] combined scalar reward (after `combine`)
+    reward_terms: torch.Tensor  # [N, R] each reward term, unweighted
+    term_names: list[str]
+    num_generations: int  # G
+    completion_mask: torch.Tensor  # [N, T] 1.0 on completion tokens that count
+    completion_ids: torch.Tensor  # [N, T]
+    rows: list[dict[str, Any]] = field(default_factory=list)  # the dataset row of each completion
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # optional [N, T] tensors (e.g. entropies)
+
+    @property
+    def num_groups(self) -> int:
+        return self.rewards.numel() // self.num_generations
+
+    def grouped(self, x: torch.Tensor) -> torch.Tensor:
+        """[N, ...] -> [N / G, G, ...]."""
+        return x.view(self.num_groups, self.num_generations, *x.shape[1:])
+
+
+class Advantage(Protocol):
+    """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token)."""
+
+    Config: type
+
+    def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]: ...
+
+
+ADVANTAGES: Registry[Advantage] = Registry("advantage")

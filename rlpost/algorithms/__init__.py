@@ -1,0 +1,1 @@
+"""rlpost algorithms components (see base.py)."""

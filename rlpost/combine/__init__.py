@@ -1,0 +1,1 @@
+"""rlpost combine components (see base.py)."""

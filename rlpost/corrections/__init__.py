@@ -1,0 +1,1 @@
+"""rlpost corrections components (see base.py)."""

@@ -1,0 +1,1 @@
+"""rlpost grad components (see base.py)."""

@@ -1,0 +1,1 @@
+"""rlpost losses components (see base.py)."""

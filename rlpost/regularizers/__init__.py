@@ -1,0 +1,1 @@
+"""rlpost regularizers components (see base.py)."""

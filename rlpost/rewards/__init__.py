@@ -1,0 +1,1 @@
+"""rlpost rewards components (see base.py)."""

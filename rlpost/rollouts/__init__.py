@@ -1,0 +1,1 @@
+"""rlpost rollouts components (see base.py)."""
