@@ -1,0 +1,171 @@
+"""Composed config -> typed components, with every cross-group check done before any model loads.
+
+``build_run(cfg)`` is the only place a Hydra ``DictConfig`` turns into Python objects: each
+component node is looked up in its registry (did-you-mean on a typo) and its params validated
+against the component's ``Config`` dataclass (unknown key or wrong type -> ``ConfigError``).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from dataclasses import dataclass
+from typing import Any, Callable, Mapping
+
+import torch
+
+import rlpost.components  # noqa: F401  (registers every component)
+from rlpost.advantages.base import ADVANTAGES, Advantage
+from rlpost.combine.base import COMBINERS, Combine
+from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, plan_batch
+from rlpost.data import DataConfig
+from rlpost.errors import ConfigError
+from rlpost.losses.aggregation import AGGREGATIONS
+from rlpost.losses.base import LOSSES, PolicyLoss
+from rlpost.losses.kl import KLConfig
+from rlpost.models import ModelConfig
+from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.registry import Registry
+from rlpost.rewards.terms import build_reward_terms
+from rlpost.schema import build_config, to_container
+
+GROUPS = ("model", "data", "reward", "algorithm", "hardware")
+ALGORITHM_KEYS = {"name", "advantage", "loss", "regularizers", "aggregation", "kl", "dynamic_sampling", "overlong"}
+
+
+@dataclass
+class AlgorithmParts:
+    name: str
+    advantage: Advantage
+    loss: PolicyLoss
+    regularizers: list[tuple[str, Regularizer]]
+    aggregation: str
+    kl: KLConfig
+    dynamic_sampling: bool
+    overlong: OverlongSettings
+
+
+@dataclass
+class RewardParts:
+    funcs: list[Callable]  # TRL reward functions, one per term
+    names: list[str]  # [R]
+    weights: torch.Tensor  # [R]
+    combine: Combine
+
+
+@dataclass
+class BuiltRun:
+    settings: RunSettings
+    model: ModelConfig
+    data: DataConfig
+    reward: RewardParts
+    algorithm: AlgorithmParts
+    hardware: HardwareConfig
+    plan: BatchPlan
+
+
+def build_component(registry: Registry, node: Any, where: str) -> Any:
+    """``{name: X, **params}`` -> an instance of registry[X] built from its validated Config."""
+    node = to_container(node)
+    if not isinstance(node, Mapping) or "name" not in node:
+        raise ConfigError(f"{where} must be a mapping with a 'name' key; choices: {', '.join(registry.names())}.")
+    params = {k: v for k, v in node.items() if k != "name"}
+    cls = registry.get(node["name"])
+    try:
+        return cls(build_config(cls.Config, params, where))
+    except ConfigError as err:
+        raise ConfigError(f"{err} ({where}.name={node['name']})") from None
+
+
+def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
+    unknown = sorted(set(node) - ALGORITHM_KEYS)
+    if unknown:
+        raise ConfigError(f"Unknown key algorithm.{unknown[0]}. Valid keys: {', '.join(sorted(ALGORITHM_KEYS))}.")
+    aggregation = node.get("aggregation", "seq-mean-token-mean")
+    if aggregation not in AGGREGATIONS:
+        raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
+    regularizers = []
+    for name, params in (node.get("regularizers") or {}).items():
+        regularizers.append((name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}")))
+    return AlgorithmParts(
+        name=str(node.get("name", "custom")),
+        advantage=build_component(ADVANTAGES, node.get("advantage"), "algorithm.advantage"),
+        loss=build_component(LOSSES, node.get("loss"), "algorithm.loss"),
+        regularizers=regularizers,
+        aggregation=aggregation,
+        kl=build_config(KLConfig, node.get("kl"), "algorithm.kl"),
+        dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
+        overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
+    )
+
+
+def build_reward(node: Mapping[str, Any]) -> RewardParts:
+    unknown = sorted(set(node) - {"terms", "combine"})
+    if unknown:
+        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, terms.")
+    terms = node.get("terms")
+    if not terms:
+        raise ConfigError("reward.terms is empty: a run needs at least one reward term.")
+    funcs, names, weights = build_reward_terms(list(terms))
+    combine = build_component(COMBINERS, node.get("combine") or {"name": "weighted_sum"}, "reward.combine")
+    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine)
+
+
+def build_run(cfg: Any) -> BuiltRun:
+    """Validate the whole composed config and build every component; no model is loaded."""
+    raw = to_container(cfg)
+    if not isinstance(raw, Mapping):
+        raise ConfigError("The composed config is not a mapping.")
+    raw = dict(raw)
+    raw.pop("hydra", None)
+    raw.pop("recipe", None)
+    missing = [g for g in GROUPS if not raw.get(g)]
+    if missing:
+        raise ConfigError(f"Config group {missing[0]!r} is not set; choose one with {missing[0]}=<choice>.")
+    groups = {g: raw.pop(g) for g in GROUPS}
+    settings = build_config(RunSettings, raw, "config")
+    hardware = build_config(HardwareConfig, groups["hardware"], "hardware")
+    run = BuiltRun(
+        settings=settings,
+        model=build_config(ModelConfig, groups["model"], "model"),
+        data=build_config(DataConfig, groups["data"], "data"),
+        reward=build_reward(groups["reward"]),
+        algorithm=build_algorithm(groups["algorithm"]),
+        hardware=hardware,
+        plan=plan_batch(settings.train, hardware.num_processes),
+    )
+    check_run(run)
+    return run
+
+
+def check_run(run: BuiltRun) -> None:
+    """Cross-group checks: combinations that each group alone cannot see."""
+    train, algo, hw = run.settings.train, run.algorithm, run.hardware
+    if hw.use_vllm and hw.device != "cuda":
+        raise ConfigError("hardware.use_vllm=true needs hardware.device=cuda: vLLM rollouts run only on a GPU.")
+    if hw.device == "cuda" and not torch.cuda.is_available():
+        raise ConfigError(f"hardware={hw.name} asks for a CUDA GPU but none is visible; use hardware=cpu.")
+    if hw.device == "cpu" and hw.precision == "fp16":
+        raise ConfigError("hardware.precision=fp16 is not supported on CPU; use fp32 or bf16.")
+    if algo.overlong.soft_penalty and algo.overlong.cache_len >= train.max_completion_length:
+        raise ConfigError(
+            f"algorithm.overlong.cache_len={algo.overlong.cache_len} must be smaller than "
+            f"train.max_completion_length={train.max_completion_length}."
+        )
+    if algo.kl.coef < 0:
+        raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
+    if run.settings.eval.size > run.data.eval_size and (run.settings.eval.at_start or run.settings.eval.at_end):
+        raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
+    wandb = run.settings.logging.wandb
+    if wandb != "disabled" and importlib.util.find_spec("wandb") is None:
+        raise ConfigError(f"logging.wandb={wandb} needs the wandb package: pip install 'rlpost[wandb]'.")
+    if wandb == "online" and not os.environ.get("WANDB_API_KEY"):
+        raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
+    if train.steps < 1:
+        raise ConfigError(f"train.steps={train.steps} must be at least 1.")
+
+
+def _bool(value: Any, where: str) -> bool:
+    if not isinstance(value, bool):
+        raise ConfigError(f"{where} must be true or false, got {value!r}.")
+    return value

@@ -1,0 +1,151 @@
+"""``rlpost <command> [hydra overrides]``: subcommand dispatch onto Hydra mains.
+
+``train`` is a full Hydra app (``-m`` multirun, ``--cfg job``, ``--help``). Before Hydra launches
+anything, every job of the command line is composed and validated (``build_run``), so bad input
+exits with code 2 and a one-line reason before any model loads or any run directory is made.
+"""
+
+from __future__ import annotations
+
+import difflib
+import sys
+from pathlib import Path
+from typing import Callable
+
+from rlpost.errors import ConfigError
+
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
+HYDRA_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p"}
+USAGE = """usage: rlpost <command> [overrides]
+
+commands:
+  train   train a policy: rlpost train algorithm=dapo reward=math_answer [-m for sweeps]
+  show    the composed config and a plain-language explanation of the run
+  list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad]
+"""
+
+
+def fail(message: str) -> int:
+    print(f"rlpost: error: {message}", file=sys.stderr)
+    return ConfigError.exit_code
+
+
+def compose(overrides: list[str]):
+    """Compose conf/config.yaml with overrides (Hydra's compose API, no run directory)."""
+    from hydra import compose as hydra_compose
+    from hydra import initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return hydra_compose(config_name="config", overrides=overrides)
+
+
+def expand_sweep(overrides: list[str]) -> list[list[str]]:
+    """The override list of every job of a multirun (Hydra's basic sweeper expansion)."""
+    from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+
+    parsed = OverridesParser.create().parse_overrides(overrides)
+    return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def validate(overrides: list[str], multirun: bool) -> None:
+    """Compose and build every job; raise ConfigError with Hydra's or rlpost's message."""
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlpost.build import build_run
+
+    jobs = expand_sweep(overrides) if multirun else [overrides]
+    for job in jobs:
+        try:
+            build_run(compose(job))
+        except (HydraException, OmegaConfBaseException) as err:
+            raise ConfigError(str(err).strip()) from None
+
+
+def cmd_train(args: list[str]) -> int:
+    import hydra
+
+    multirun = "-m" in args or "--multirun" in args
+    if not HYDRA_INFO_FLAGS.intersection(args):
+        try:
+            validate([a for a in args if not a.startswith("-")], multirun)
+        except ConfigError as err:
+            return fail(str(err))
+    sys.argv = ["rlpost train", *args]
+    hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_train_job)()
+    return 0
+
+
+def _train_job(cfg) -> float | None:
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlpost.train import train
+
+    hydra_cfg = HydraConfig.get()
+    try:
+        summary = train(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
+    except ConfigError as err:
+        sys.exit(fail(str(err)))
+    before, after = summary.get("before", {}), summary.get("after", {})
+    print(f"run directory: {summary['run_dir']}")
+    for key in ("eval/accuracy", "eval/reward", "eval/mean_length"):
+        if key in after:
+            print(f"  {key:<18} {before.get(key, float('nan')):.3f} -> {after[key]:.3f}")
+    print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
+    return after.get("eval/accuracy")
+
+
+def cmd_show(args: list[str]) -> int:
+    from omegaconf import OmegaConf
+
+    from rlpost.build import build_run
+    from rlpost.show import explain
+
+    try:
+        validate(args, multirun=False)
+        cfg = compose(args)
+        run = build_run(cfg)
+    except ConfigError as err:
+        return fail(str(err))
+    print(OmegaConf.to_yaml(cfg))
+    print(explain(run))
+    return 0
+
+
+def cmd_list(args: list[str]) -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from rlpost.listing import REGISTRIES, rows
+
+    kinds = list(REGISTRIES)
+    if args and args[0] not in REGISTRIES:
+        close = difflib.get_close_matches(args[0], kinds, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return fail(f"Unknown component kind {args[0]!r}.{hint} Valid kinds: {', '.join(kinds)}.")
+    table = Table("kind", "name", "description", "seed")
+    for row in rows(args[0] if args else None):
+        table.add_row(*row)
+    Console().print(table)
+    return 0
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {"train": cmd_train, "show": cmd_show, "list": cmd_list}
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if not argv or argv[0] in ("-h", "--help", "help"):
+        print(USAGE)
+        return 0
+    command, rest = argv[0], argv[1:]
+    if command not in COMMANDS:
+        close = difflib.get_close_matches(command, COMMANDS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        return fail(f"Unknown command {command!r}.{hint} Commands: {', '.join(COMMANDS)}.")
+    return COMMANDS[command](rest)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

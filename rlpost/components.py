@@ -1,0 +1,22 @@
+"""The one explicit import list that registers every component (import order = nothing depends on it)."""
+
+# advantages
+import rlpost.advantages.group_norm  # noqa: F401
+
+# combiners
+import rlpost.combine.weighted_sum  # noqa: F401
+
+# policy losses
+import rlpost.losses.cispo  # noqa: F401
+import rlpost.losses.clip  # noqa: F401
+import rlpost.losses.gspo  # noqa: F401
+
+# regularizers
+import rlpost.regularizers.entropy  # noqa: F401
+
+# rewards
+import rlpost.rewards.callable  # noqa: F401
+import rlpost.rewards.exact_match  # noqa: F401
+import rlpost.rewards.format  # noqa: F401
+import rlpost.rewards.length  # noqa: F401
+import rlpost.rewards.math_answer  # noqa: F401

@@ -1,0 +1,180 @@
+"""The top-level run schema and its mapping onto ``trl.GRPOConfig``.
+
+Component nodes (``algorithm.loss``, ``reward.terms[i]`` ...) are validated against their own
+``Config`` dataclasses in ``build.py``; this module types everything else. Every dataclass here
+mirrors a block of ``conf/config.yaml`` or a group file, field for field.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlpost.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class TrainSettings:
+    steps: int = 20
+    learning_rate: float = 1e-5
+    lr_scheduler: str = "constant"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    num_generations: int = 4
+    completions_per_step: int = 8
+    micro_batch_size: int | None = None
+    num_iterations: int = 1
+    max_completion_length: int = 32
+    temperature: float = 1.0
+    top_p: float = 1.0
+    top_k: int = 0
+    gradient_checkpointing: bool = False
+    save_steps: int = 0
+    save_total_limit: int = 2
+
+
+@dataclass(frozen=True)
+class EvalSettings:
+    at_start: bool = True
+    at_end: bool = True
+    every: int = 0
+    size: int = 100
+    batch_size: int = 50
+    greedy: bool = True
+
+
+@dataclass(frozen=True)
+class LoggingSettings:
+    wandb: Literal["disabled", "offline", "online"] = "disabled"
+    wandb_project: str = "rlpost"
+    tensorboard: bool = True
+    samples_per_step: int = 4
+    progress: bool = True
+    plots: bool = True
+
+
+@dataclass(frozen=True)
+class HardwareConfig:
+    name: str = "cpu"
+    device: Literal["cpu", "cuda"] = "cpu"
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"
+    num_processes: int = 1
+    use_vllm: bool = False
+
+
+@dataclass(frozen=True)
+class OverlongSettings:
+    filter: bool = False
+    soft_penalty: bool = False
+    cache_len: int = 8
+    factor: float = 1.0
+
+
+@dataclass(frozen=True)
+class BatchPlan:
+    """The batch arithmetic of one optimizer step (per process unless said otherwise)."""
+
+    world_size: int
+    num_generations: int  # G
+    completions_per_step: int  # all processes
+    prompts_per_step: int  # all processes
+    micro_batch_size: int  # completions per forward/backward on one process
+    grad_accum: int  # micro-batches per optimizer step
+    max_completion_length: int
+
+    @property
+    def max_tokens_per_step(self) -> int:
+        return self.completions_per_step * self.max_completion_length
+
+
+def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
+    """Check the batch settings and derive gradient accumulation; ConfigError names the keys."""
+    g, total = train.num_generations, train.completions_per_step
+    if g < 2:
+        raise ConfigError(f"train.num_generations={g}: a group needs at least 2 completions to have a baseline.")
+    if total % g:
+        raise ConfigError(
+            f"train.completions_per_step={total} is not a multiple of train.num_generations={g}: "
+            f"every prompt's group must fit in one step (try {max(g, total // g * g)})."
+        )
+    if total % world_size:
+        raise ConfigError(f"train.completions_per_step={total} does not split over {world_size} processes.")
+    per_process = total // world_size
+    micro = train.micro_batch_size or per_process
+    if per_process % micro:
+        raise ConfigError(
+            f"train.micro_batch_size={micro} does not divide the {per_process} completions per process and step "
+            f"(train.completions_per_step={total} over {world_size} processes)."
+        )
+    return BatchPlan(
+        world_size=world_size,
+        num_generations=g,
+        completions_per_step=total,
+        prompts_per_step=total // g,
+        micro_batch_size=micro,
+        grad_accum=per_process // micro,
+        max_completion_length=train.max_completion_length,
+    )
+
+
+def grpo_config_kwargs(
+    train: TrainSettings,
+    logging: LoggingSettings,
+    hardware: HardwareConfig,
+    plan: BatchPlan,
+    *,
+    seed: int,
+    output_dir: str,
+    beta: float,
+    mask_truncated: bool,
+) -> dict[str, Any]:
+    """Keyword arguments for ``trl.GRPOConfig`` of this run (the one place rlpost maps onto TRL)."""
+    report_to = [name for name, on in (("tensorboard", logging.tensorboard), ("wandb", logging.wandb != "disabled")) if on]
+    return dict(
+        output_dir=output_dir,
+        seed=seed,
+        data_seed=seed,
+        max_steps=train.steps,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type=train.lr_scheduler,
+        warmup_steps=train.warmup_ratio,  # a float < 1 is a ratio of max_steps
+        weight_decay=train.weight_decay,
+        max_grad_norm=train.max_grad_norm,
+        per_device_train_batch_size=plan.micro_batch_size,
+        gradient_accumulation_steps=plan.grad_accum,
+        num_generations=plan.num_generations,
+        num_iterations=train.num_iterations,
+        max_completion_length=train.max_completion_length,
+        temperature=train.temperature,
+        top_p=train.top_p,
+        top_k=train.top_k,
+        gradient_checkpointing=train.gradient_checkpointing,
+        beta=beta,
+        mask_truncated_completions=mask_truncated,
+        loss_type="grpo",  # never reached: RLPostTrainer owns the loss
+        bf16=hardware.precision == "bf16",
+        fp16=hardware.precision == "fp16",
+        use_cpu=hardware.device == "cpu",
+        use_vllm=hardware.use_vllm,
+        logging_steps=1,
+        save_strategy="steps" if train.save_steps else "no",
+        save_steps=train.save_steps or 500,
+        save_total_limit=train.save_total_limit,
+        report_to=report_to or "none",
+        disable_tqdm=True,  # rlpost draws its own progress bar
+        log_completions=False,  # rlpost writes samples.jsonl itself
+        remove_unused_columns=False,
+    )
+
+
+@dataclass(frozen=True)
+class RunSettings:
+    """The run-level keys of conf/config.yaml (groups are typed separately)."""
+
+    seed: int = 0
+    run_name: str = "rlpost"
+    resume: str | None = None
+    train: TrainSettings = field(default_factory=TrainSettings)
+    eval: EvalSettings = field(default_factory=EvalSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)

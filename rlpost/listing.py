@@ -1,0 +1,30 @@
+"""Every registry by kind, and the rows ``rlpost list`` prints (kind, name, description, seed)."""
+
+from __future__ import annotations
+
+import rlpost.components  # noqa: F401  (registers every component)
+from rlpost.advantages.base import ADVANTAGES
+from rlpost.combine.base import COMBINERS
+from rlpost.grad.base import GRAD_TRANSFORMS
+from rlpost.losses.base import LOSSES
+from rlpost.regularizers.base import REGULARIZERS
+from rlpost.registry import Registry, describe
+from rlpost.rewards.base import REWARDS
+
+REGISTRIES: dict[str, Registry] = {
+    "advantage": ADVANTAGES,
+    "loss": LOSSES,
+    "regularizer": REGULARIZERS,
+    "grad": GRAD_TRANSFORMS,
+    "reward": REWARDS,
+    "combine": COMBINERS,
+}
+
+
+def rows(kind: str | None = None) -> list[tuple[str, str, str, str]]:
+    kinds = [kind] if kind else list(REGISTRIES)
+    return [
+        (k, name, describe(cls), getattr(cls, "seed", "") or "")
+        for k in kinds
+        for name, cls in REGISTRIES[k].items()
+    ]

@@ -1,0 +1,52 @@
+"""``rlpost show``: the composed run explained in plain language (batch arithmetic, formulas)."""
+
+from __future__ import annotations
+
+from rlpost.build import BuiltRun
+from rlpost.losses.aggregation import describe_aggregation
+
+
+def _describe(component) -> str:
+    describe = getattr(component, "describe", None)
+    return describe() if callable(describe) else type(component).__doc__.strip().splitlines()[0]
+
+
+def explain(run: BuiltRun) -> str:
+    """A short report of what one optimizer step of this run does."""
+    p, train, algo, reward = run.plan, run.settings.train, run.algorithm, run.reward
+    lines = [
+        f"Algorithm {algo.name} on {run.model.name or run.model.source} ({run.hardware.name}, {run.hardware.precision}).",
+        "",
+        "Batch per optimizer step:",
+        f"  prompts per step        {p.prompts_per_step}  (completions_per_step / num_generations)",
+        f"  completions per prompt  {p.num_generations}  (G, one group)",
+        f"  completions per step    {p.completions_per_step}  over {p.world_size} process(es)",
+        f"  micro-batch             {p.micro_batch_size} completions per forward/backward",
+        f"  gradient accumulation   {p.grad_accum} micro-batch(es) per step",
+        f"  completion tokens       at most {p.max_tokens_per_step} per step ({train.max_completion_length} per completion)",
+        f"  passes over each batch  {train.num_iterations}",
+        f"  steps                   {train.steps} at learning rate {train.learning_rate:g} ({train.lr_scheduler})",
+        "",
+        "Reward:",
+    ]
+    for name, weight in zip(reward.names, reward.weights.tolist()):
+        lines.append(f"  {weight:g} x {name}")
+    lines.append(f"  combined by {type(reward.combine).registry_name}")
+    if algo.overlong.soft_penalty:
+        lines.append(
+            f"  + soft overlong punishment over the last {algo.overlong.cache_len} tokens (up to -{algo.overlong.factor:g})"
+        )
+    if algo.kl.coef > 0 and algo.kl.placement == "reward":
+        lines.append(f"  - {algo.kl.coef:g} x sum_t KL_{algo.kl.estimator}(pi || ref) (KL in the reward)")
+    lines += ["", "Advantage:", f"  {_describe(algo.advantage)}"]
+    if algo.dynamic_sampling:
+        lines.append("  groups with all-equal rewards are dropped from the loss (dynamic sampling)")
+    lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
+    if algo.kl.coef > 0 and algo.kl.placement == "loss":
+        lines.append(f"  + {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref)")
+    for name, regularizer in algo.regularizers:
+        lines.append(f"  + {name}: {_describe(regularizer)}")
+    if algo.overlong.filter:
+        lines.append("  truncated completions (no EOS) are excluded")
+    lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
+    return "\n".join(lines)

@@ -1,0 +1,122 @@
+"""The training recipe, top to bottom: validate, load, evaluate, train, evaluate, summarize."""
+
+from __future__ import annotations
+
+import os
+import time
+from pathlib import Path
+from typing import Any
+
+from transformers import PrinterCallback
+from transformers.trainer_utils import get_last_checkpoint
+from trl import GRPOConfig
+
+from rlpost.build import BuiltRun, build_run
+from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
+from rlpost.config import grpo_config_kwargs
+from rlpost.data import load_datasets
+from rlpost.errors import ConfigError
+from rlpost.evaluate import evaluate
+from rlpost.models import load_model, load_tokenizer, peft_config
+from rlpost.plots import plot_curves
+from rlpost.rundir import RunDirectory
+from rlpost.trainer import RLPostTrainer
+
+
+def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Run one training job described by the composed config ``cfg``; returns the summary."""
+    run = build_run(cfg)  # every config error is raised here, before any model loads
+    rundir = RunDirectory(run_dir)
+    rundir.write_config(cfg, overrides or [])
+    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(rundir.path / "tensorboard"))
+    _configure_wandb(run)
+
+    tokenizer = load_tokenizer(run.model)
+    model = load_model(run.model)
+    train_set, eval_set = load_datasets(run.data)
+    summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
+    if run.settings.eval.at_start:
+        summary["before"] = _evaluate(run, model, tokenizer, eval_set)
+
+    algo = run.algorithm
+    args = GRPOConfig(
+        **grpo_config_kwargs(
+            run.settings.train,
+            run.settings.logging,
+            run.hardware,
+            run.plan,
+            seed=run.settings.seed,
+            output_dir=str(rundir.checkpoints),
+            beta=algo.kl.coef,
+            mask_truncated=algo.overlong.filter,
+        )
+    )
+    callbacks = [MetricsFileCallback(rundir)]
+    if run.settings.logging.progress:
+        callbacks.append(RichProgressCallback())
+    trainer = RLPostTrainer(
+        model=model,
+        processing_class=tokenizer,
+        args=args,
+        train_dataset=train_set,
+        peft_config=peft_config(run.model),
+        callbacks=callbacks,
+        run=run,
+        sample_sink=rundir.append_samples,
+    )
+    trainer.remove_callback(PrinterCallback)
+
+    started = time.perf_counter()
+    trainer.train(resume_from_checkpoint=_resume_checkpoint(run, rundir))
+    train_seconds = time.perf_counter() - started
+    trainer.save_model(str(rundir.checkpoints / "final"))
+
+    summary.update(
+        steps=trainer.state.global_step,
+        train_seconds=round(train_seconds, 2),
+        seconds_per_step=round(train_seconds / max(trainer.state.global_step, 1), 3),
+        final_checkpoint=str(rundir.checkpoints / "final"),
+        last_log=trainer.state.log_history[-1] if trainer.state.log_history else {},
+    )
+    if run.settings.eval.at_end:
+        summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set)
+    if run.settings.logging.plots:
+        plot = plot_curves({rundir.path.name: rundir.read_metrics()}, rundir.plots / "training.png")
+        summary["plot"] = str(plot) if plot else None
+    rundir.write_summary(summary)
+    return summary
+
+
+def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
+    settings = run.settings
+    return evaluate(
+        model,
+        tokenizer,
+        eval_set,
+        run.reward.funcs,
+        run.reward.names,
+        run.reward.weights,
+        max_new_tokens=settings.train.max_completion_length,
+        batch_size=settings.eval.batch_size,
+        greedy=settings.eval.greedy,
+        temperature=settings.train.temperature,
+        size=settings.eval.size,
+        show_progress=settings.logging.progress,
+    )
+
+
+def _resume_checkpoint(run: BuiltRun, rundir: RunDirectory) -> str | None:
+    resume = run.settings.resume
+    if resume is None:
+        return None
+    if resume == "auto":
+        return get_last_checkpoint(str(rundir.checkpoints)) if rundir.checkpoints.is_dir() else None
+    if not Path(resume).is_dir():
+        raise ConfigError(f"resume={resume!r} is not a checkpoint folder (or use resume=auto).")
+    return resume
+
+
+def _configure_wandb(run: BuiltRun) -> None:
+    mode = run.settings.logging.wandb
+    os.environ["WANDB_MODE"] = mode
+    os.environ.setdefault("WANDB_PROJECT", run.settings.logging.wandb_project)

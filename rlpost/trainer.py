@@ -1,0 +1,229 @@
+"""RLPostTrainer(trl.GRPOTrainer): the seams of DESIGN.md and nothing else.
+
+1. ``_generate``: keeps each rollout's true length and truncation flag (pad == EOS on many
+   chat models, so lengths cannot be read back from the padded ids).
+2. ``_calculate_rewards``: keeps the gathered reward matrix ``[N, R]``.
+3. ``_generate_and_score_completions``: after TRL scored the batch, rlpost's ``combine``, reward
+   shaping (overlong, KL-in-reward) and ``advantage`` run on a typed ``GroupBatch`` and replace
+   ``output["advantages"]``; dynamic sampling marks zero-variance groups out of the loss.
+4. ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` + KL + ``regularizers`` and
+   one explicit aggregation. TRL's ``loss_type`` branches are never reached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable
+
+import torch
+from trl import GRPOTrainer
+
+from rlpost.advantages.base import GroupBatch
+from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
+from rlpost.build import BuiltRun
+from rlpost.losses.aggregation import aggregate
+from rlpost.losses.base import LossInputs
+from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+
+
+@dataclass
+class RolloutInfo:
+    """What ``_generate`` saw of the local rollouts (this process, generation order)."""
+
+    prompts: list
+    completions: list
+    lengths: list[int]
+    truncated: list[bool]
+
+
+class RLPostTrainer(GRPOTrainer):
+    """GRPOTrainer whose advantages and loss come from rlpost components (see module docstring)."""
+
+    def __init__(self, *args: Any, run: BuiltRun, sample_sink: Callable[[list[dict]], None] | None = None, **kwargs):
+        self.run = run
+        self.sample_sink = sample_sink
+        self._reward_terms: torch.Tensor | None = None
+        self._rollout: RolloutInfo | None = None
+        super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+
+    # ---- seam 1: rollout bookkeeping -------------------------------------------------------
+    def _generate(self, prompts: list):
+        out = super()._generate(prompts)
+        completion_ids, completions = out[1], out[3]
+        eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        self._rollout = RolloutInfo(
+            prompts=prompts,
+            completions=completions,
+            lengths=[len(ids) for ids in completion_ids],
+            truncated=[len(ids) == 0 or ids[-1] not in eos_and_pad for ids in completion_ids],
+        )
+        return out
+
+    # ---- seam 2: keep the reward matrix ----------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        return self._reward_terms  # [N, R], gathered over processes
+
+    # ---- seam 3: rewards -> advantages -----------------------------------------------------
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        mode = "train" if self.model.training else "eval"
+        group_size = self.num_generations if mode == "train" else self.num_generations_eval
+        algo, reward = self.run.algorithm, self.run.reward
+        terms = self._reward_terms
+        rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
+        rewards = rewards + self._reward_shaping(output, metrics)
+
+        mask = self._gather_padded(output["completion_mask"].float())
+        batch = GroupBatch(
+            rewards=rewards,
+            reward_terms=terms,
+            term_names=reward.names,
+            num_generations=group_size,
+            completion_mask=mask,
+            completion_ids=self._gather_padded(output["completion_ids"]),
+            rows=inputs,
+        )
+        advantages, adv_metrics = algo.advantage(batch)
+        metrics.update(adv_metrics)
+
+        keep = torch.ones_like(rewards)
+        if algo.dynamic_sampling and mode == "train":
+            keep = (~zero_variance_groups(rewards, group_size)).float()
+            metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
+
+        local = self._process_slice(len(inputs))
+        local_adv = advantages[local]
+        if local_adv.dim() == 2:  # [N, T_max] -> this process's [B, T]
+            local_adv = local_adv[:, : output["completion_mask"].size(1)]
+        output["advantages"] = local_adv
+        output["rlpost_keep"] = keep[local]
+        loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
+        output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
+
+        metrics["reward"] = torch.nanmean(rewards).item()
+        for name, value in metrics.items():
+            self._metrics[mode][f"rlpost/{name}"].append(value)
+        if mode == "train":
+            self._record_samples(terms[local], rewards[local], advantages[local])
+        return output
+
+    def _reward_shaping(self, output: dict, metrics: dict[str, float]) -> torch.Tensor:
+        """Additive reward terms computed by the algorithm: overlong punishment, KL in the reward. [N]"""
+        algo = self.run.algorithm
+        device = output["completion_ids"].device
+        local = torch.zeros(output["completion_ids"].size(0), device=device)
+        if algo.overlong.soft_penalty:
+            lengths = torch.tensor(self._rollout.lengths, device=device)
+            penalty = soft_overlong_penalty(
+                lengths, self.max_completion_length, algo.overlong.cache_len, algo.overlong.factor
+            )
+            local = local + penalty
+            metrics["overlong/penalty_mean"] = self.accelerator.gather(penalty).mean().item()
+        if algo.kl.coef > 0 and algo.kl.placement == "reward":
+            policy_logps = output.get("old_per_token_logps")
+            if policy_logps is None:
+                policy_logps = self._sampling_logps(output)
+            penalty = kl_reward_penalty(
+                policy_logps, output["ref_per_token_logps"], self._loss_mask(output), algo.kl.coef, algo.kl.estimator
+            )
+            local = local - penalty
+            metrics["kl/reward_penalty_mean"] = self.accelerator.gather(penalty).mean().item()
+        return self.accelerator.gather(local)
+
+    @torch.no_grad()
+    def _sampling_logps(self, output: dict) -> torch.Tensor:
+        """Log-probs of the sampled tokens under the current (= rollout) policy. [B, T]"""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, input_ids, attention_mask, output["completion_ids"].size(1)
+        )
+        return logps
+
+    # ---- seam 4: the loss ------------------------------------------------------------------
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        algo = self.run.algorithm
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        mask = self._loss_mask(inputs) * inputs["rlpost_keep"].unsqueeze(1)
+        old_logps = inputs.get("old_per_token_logps")
+        advantages = inputs["advantages"]
+        x = LossInputs(
+            logps=logps,
+            old_logps=logps.detach() if old_logps is None else old_logps,
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            mask=mask,
+            entropies=entropies,
+            ref_logps=inputs.get("ref_per_token_logps"),
+            batch=inputs,
+        )
+        per_token, metrics = algo.loss(x)
+        if "importance_sampling_ratio" in inputs:  # vLLM rollouts: TRL's truncated IS correction
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        if algo.kl.coef > 0 and algo.kl.placement == "loss":
+            if x.ref_logps is None:
+                raise RuntimeError("algorithm.kl.placement=loss but the batch has no reference log-probs")
+            per_token_kl = kl_estimate(logps, x.ref_logps, algo.kl.estimator)
+            per_token = per_token + algo.kl.coef * per_token_kl
+            metrics["kl"] = x.masked_mean(per_token_kl.detach())
+        for name, regularizer in algo.regularizers:
+            term, reg_metrics = regularizer(x)
+            per_token = per_token + term
+            metrics.update({f"{name}/{k}": v for k, v in reg_metrics.items()})
+
+        grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
+        token_normalizer = inputs["rlpost_num_tokens"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":  # the generation batch spans steps_per_generation micro-batches
+            token_normalizer = token_normalizer * grad_accum / self.args.steps_per_generation
+        loss = aggregate(
+            per_token,
+            mask,
+            algo.aggregation,
+            grad_accum=grad_accum,
+            token_normalizer=token_normalizer,
+            max_completion_length=self.max_completion_length,
+        )
+        metrics["entropy"] = x.masked_mean(entropies.detach())
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item())
+        return loss
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _loss_mask(self, batch: dict) -> torch.Tensor:
+        """[B, T] float: completion tokens that count (tool output tokens excluded)."""
+        mask = batch["completion_mask"].float()
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    def _process_slice(self, local_size: int) -> slice:
+        start = self.accelerator.process_index * local_size
+        return slice(start, start + local_size)
+
+    def _gather_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """Gather [B, T] tensors whose T differs across processes, right-padded with zeros."""
+        return self.accelerator.gather(self.accelerator.pad_across_processes(x, dim=1, pad_index=0))
+
+    def _record_samples(self, terms: torch.Tensor, rewards: torch.Tensor, advantages: torch.Tensor) -> None:
+        if self.sample_sink is None or self._rollout is None or not self.accelerator.is_main_process:
+            return
+        count = self.run.settings.logging.samples_per_step
+        rows = []
+        for i in range(min(count, len(self._rollout.completions))):
+            rows.append(
+                {
+                    "step": self.state.global_step,
+                    "prompt": self._rollout.prompts[i],
+                    "completion": self._rollout.completions[i],
+                    "length": self._rollout.lengths[i],
+                    "truncated": self._rollout.truncated[i],
+                    "reward": rewards[i].item(),
+                    "terms": dict(zip(self.run.reward.names, terms[i].tolist())),
+                    "advantage": advantages[i].float().mean().item(),
+                }
+            )
+        self.sample_sink(rows)
