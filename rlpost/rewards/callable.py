@@ -1,0 +1,107 @@
+"""callable: any TRL reward function, named by its import path, as an rlpost reward term.
+
+This is how an existing TRL reward plugs in unchanged::
+
+    terms:
+      - name: callable
+        params: {path: "trl.rewards:think_format_reward"}
+      - name: callable
+        params: {path: trl.rewards.get_soft_overlong_punishment, factory: true,
+                 kwargs: {max_completion_len: 32, soft_punish_cache: 8}}
+
+``path`` is ``pkg.module:attr`` (``attr`` may be dotted, e.g. ``Class.method``) or the dotted
+``pkg.module.attr``, where the longest importable prefix is the module. With ``factory: false``
+``kwargs`` are passed on every call next to TRL's own; with ``factory: true`` the object at
+``path`` is called once with ``kwargs`` and must return the reward function (TRL's ``get_*``
+factories, or a class whose instances are rewards).
+
+Choices: import errors surface as a ``ParamError`` on ``path`` (``build_reward_terms`` names the
+full key); an ``async`` reward is run to completion inside this synchronous call (``asyncio.run``),
+so it works but is not gathered concurrently with other async rewards; the wrapper is a plain
+class instance holding a module-level function, so it stays picklable for TRL's rollout workers.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib
+import inspect
+from dataclasses import dataclass, field
+from typing import Any
+
+from torch import nn
+
+from rlpost.rewards.base import REWARDS, ParamError
+
+
+def load_object(path: str) -> Any:
+    """Import ``pkg.mod:attr.sub`` or ``pkg.mod.attr`` and return the object. Raises ImportError."""
+    if ":" in path:
+        module_name, _, attrs = path.partition(":")
+        module = importlib.import_module(module_name)
+        parts = attrs.split(".") if attrs else []
+    else:
+        parts = path.split(".")
+        module, err = None, None
+        for cut in range(len(parts) - 1, 0, -1):  # longest importable prefix is the module
+            try:
+                module = importlib.import_module(".".join(parts[:cut]))
+            except ModuleNotFoundError as e:
+                prefix = ".".join(parts[:cut])
+                if e.name is None or not (prefix == e.name or prefix.startswith(e.name + ".")):
+                    raise  # the module exists but one of *its* imports is missing: report that
+                err = err or e
+                continue
+            parts = parts[cut:]
+            break
+        if module is None:
+            raise err or ImportError(f"{path!r} names no module")
+    obj = module
+    for i, attr in enumerate(parts):
+        if not hasattr(obj, attr):
+            where = module.__name__ + "".join("." + p for p in parts[:i])
+            raise ImportError(f"{where} has no attribute {attr!r}")
+        obj = getattr(obj, attr)
+    return obj
+
+
+@REWARDS.register("callable")
+class CallableReward:
+    """Any TRL-signature reward function, loaded by import path (``pkg.mod:func``)."""
+
+    @dataclass(frozen=True)
+    class Config:
+        path: str  # import path of the function: pkg.module:func or pkg.module.func
+        kwargs: dict[str, Any] = field(default_factory=dict)  # extra keyword arguments (see factory)
+        factory: bool = False  # call path(**kwargs) once to get the reward function
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        try:
+            obj = load_object(cfg.path)
+        except ImportError as err:
+            raise ParamError("path", f"cannot import {cfg.path!r}: {err}") from None
+        if cfg.factory:
+            try:
+                obj = obj(**cfg.kwargs)
+            except TypeError as err:
+                raise ParamError("kwargs", f"calling the factory {cfg.path!r} failed: {err}") from None
+        if isinstance(obj, nn.Module):
+            raise ParamError("path", f"{cfg.path!r} is a model; callable wraps reward functions")
+        if not callable(obj):
+            raise ParamError("path", f"{cfg.path!r} is a {type(obj).__name__}, not a callable reward function")
+        if inspect.isclass(obj):
+            raise ParamError("path", f"{cfg.path!r} is a class: set factory: true to instantiate it with kwargs")
+        self.func = obj
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        """TRL's call, forwarded: ``completions [N]`` -> rewards ``[N]``."""
+        extra = {} if self.cfg.factory else self.cfg.kwargs
+        out = self.func(prompts=prompts, completions=completions, **{**kwargs, **extra})
+        if inspect.isawaitable(out):
+            out = asyncio.run(_await(out))
+        return list(out)
+
+
+async def _await(awaitable: Any) -> Any:
+    return await awaitable

@@ -1,0 +1,87 @@
+"""The ``reward.terms`` list -> TRL reward functions, their names and the weight vector ``[R]``.
+
+Each node is ``{name: <registered reward>, weight: 1.0, params: {...the reward's Config...}}``.
+Every error names its key (``reward.terms[1].params.path``) and unknown names get did-you-mean.
+
+Names: TRL logs each function under ``reward_func.__name__`` (``trl.trainer.utils.get_callable_name``),
+so each instance gets the term name as ``__name__``; a repeated name becomes ``format_2``,
+``format_3``. The functions are the reward instances themselves, not closures: TRL's async rollout
+worker pickles reward functions, and its ``is_async_callable`` reads a sync ``__call__`` as sync.
+The weights are not given to TRL (``reward_weights`` stays unset); rlpost's ``combine`` applies them.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import torch
+
+from rlpost.errors import ConfigError
+from rlpost.rewards.base import REWARDS, ParamError
+from rlpost.schema import build_config, to_container
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    """One ``reward.terms[i]`` node."""
+
+    name: str  # registry name of the reward
+    weight: float = 1.0  # its weight in the combination
+    params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
+
+
+def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Callable], list[str], torch.Tensor]:
+    """``reward.terms`` -> (reward functions ``[R]``, unique names ``[R]``, weights ``[R]`` float32)."""
+    nodes = to_container(nodes)
+    if not isinstance(nodes, (list, tuple)) or not nodes:
+        raise ConfigError(f"reward.terms must be a non-empty list of reward terms, got {nodes!r}.")
+    funcs: list[Callable] = []
+    names: list[str] = []
+    weights: list[float] = []
+    for i, node in enumerate(nodes):
+        where = f"reward.terms[{i}]"
+        term = parse_term(node, where)
+        func = build_term(term, where)
+        func.__name__ = unique_name(term.name, names)  # what TRL logs it as
+        funcs.append(func)
+        names.append(func.__name__)
+        weights.append(term.weight)
+    return funcs, names, torch.tensor(weights, dtype=torch.float32)
+
+
+def parse_term(node: Any, where: str) -> RewardTerm:
+    node = to_container(node)
+    if not isinstance(node, Mapping) or "name" not in node:
+        raise ConfigError(
+            f"{where} must be a mapping like {{name: math_answer, weight: 1.0, params: {{}}}}; "
+            f"reward names: {', '.join(REWARDS.names())}."
+        )
+    node = dict(node)
+    if node.get("params") is None:  # `params:` left empty in YAML
+        node.pop("params", None)
+    return build_config(RewardTerm, node, where)
+
+
+def build_term(term: RewardTerm, where: str) -> Any:
+    """Look up ``term.name`` and instantiate it from its validated params."""
+    try:
+        cls = REWARDS.get(term.name)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.name: {err}") from None
+    cfg = build_config(cls.Config, term.params, f"{where}.params")
+    try:
+        return cls(cfg)
+    except ParamError as err:
+        raise ConfigError(f"{where}.params.{err.key}: {err.message}") from None
+
+
+def unique_name(name: str, taken: list[str]) -> str:
+    """``name``, or ``name_2``, ``name_3``, ... if already taken."""
+    if name not in taken:
+        return name
+    k = 2
+    while f"{name}_{k}" in taken:
+        k += 1
+    return f"{name}_{k}"
