@@ -1,0 +1,104 @@
+"""``group_norm``: group-relative advantages (GRPO, Dr. GRPO, RLOO, batch-std "PPO Lite").
+
+For the G completions of one prompt, with rewards r (NaN = unscorable)::
+
+    baseline_i = nanmean_group(r)                          (default)
+               = (sum_{j valid} r_j - r_i) / (n_valid - 1)  (leave_one_out: RLOO, mean of the others)
+    A_i        = (r_i - baseline_i) / (std + eps)           std = unbiased nanstd of the group ("group"),
+                                                            of the whole batch ("batch"), or no division ("none")
+
+This is TRL 1.16 ``_generate_and_score_completions`` (multi_objective_aggregation="sum_then_normalize")
+exactly: nanmean/nanstd with Bessel's correction, ``eps=1e-4`` added to the std (not to the variance),
+the mean always per group (also with ``scale="batch"``, TRL's PPO-Lite reading), std 0 when G = 1
+(resp. N = 1 for "batch"), and every NaN advantage set to 0 at the end.
+
+Choices:
+- Unscorable (NaN) rewards are excluded from the baseline and the std and get advantage 0; a group
+  with fewer than 2 scorable rewards gets NaN std and so advantage 0 everywhere (as TRL).
+- ``leave_one_out`` changes only the baseline; with ``scale="group"`` it is still divided by the
+  group std (RLOO proper is ``scale="none"``). Note A_rloo = n/(n-1) * (r - mean). A group with one
+  scorable reward has no "others": its advantage is 0.
+- ``scale="none"`` is Dr. GRPO (seed 004 #19): no std division (the question-difficulty bias).
+- Metric ``frac_reward_zero_std``: fraction of groups whose scorable rewards have zero (or undefined,
+  fewer than two scorable) std, always per group, whatever ``scale`` is (TRL logs the batch std's
+  flag under "batch"). Advantage mean/std/abs-mean are over all N rows (std unbiased, 0 if N = 1).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+import torch
+
+from rlpost.advantages.base import ADVANTAGES, GroupBatch
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Unbiased std ignoring NaNs (TRL's ``nanstd``): NaN where fewer than 2 values are not NaN."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
+    return torch.sqrt(var).squeeze(dim)
+
+
+@ADVANTAGES.register("group_norm")
+class GroupNorm:
+    """Group-relative advantage: reward minus the group mean (or leave-one-out mean), over the std."""
+
+    @dataclass(frozen=True)
+    class Config:
+        scale: Literal["group", "batch", "none"] = "group"  # divide by the group std, batch std, or not at all
+        leave_one_out: bool = False  # RLOO baseline: mean of the other G-1 rewards of the group
+        eps: float = 1e-4  # added to the std before dividing (TRL: 1e-4)
+
+        def __post_init__(self) -> None:
+            if self.scale not in ("group", "batch", "none"):
+                raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, batch, none.")
+            if self.eps < 0:
+                raise ValueError(f"eps must be >= 0, got {self.eps}")
+
+    def __init__(self, cfg: Config | None = None):
+        self.cfg = cfg if cfg is not None else self.Config()
+
+    def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """rewards [N] (NaN = unscorable), G = batch.num_generations -> advantages [N], metrics."""
+        rewards, g = batch.rewards, batch.num_generations
+        if not rewards.is_floating_point():
+            rewards = rewards.float()
+        if g < 1 or rewards.numel() % g:
+            raise ValueError(f"group_norm: {rewards.numel()} rewards do not split into groups of {g}")
+        grouped = rewards.view(-1, g)  # [N/G, G]
+        if self.cfg.leave_one_out:
+            valid = ~torch.isnan(grouped)
+            n = valid.sum(1, keepdim=True).to(rewards.dtype)
+            total = torch.nansum(grouped, dim=1, keepdim=True)
+            others = (total - grouped) / (n - 1).clamp(min=1.0)  # [N/G, G] mean of the other valid rewards
+            baseline = torch.where(n > 1, others, torch.full_like(others, float("nan"))).reshape(-1)  # A -> 0 if n <= 1
+        else:
+            baseline = torch.nanmean(grouped, dim=1).repeat_interleave(g)
+        group_std = nanstd(grouped, dim=1) if g > 1 else rewards.new_zeros(grouped.size(0))
+        advantages = rewards - baseline
+        if self.cfg.scale == "group":
+            advantages = advantages / (group_std.repeat_interleave(g) + self.cfg.eps)
+        elif self.cfg.scale == "batch":
+            std = nanstd(rewards) if rewards.numel() > 1 else rewards.new_zeros(())
+            advantages = advantages / (std + self.cfg.eps)
+        advantages = torch.nan_to_num(advantages, nan=0.0)
+        zero_std = torch.isnan(group_std) | torch.isclose(group_std, torch.zeros_like(group_std))
+        metrics = {
+            "advantage/mean": float(advantages.mean()),
+            "advantage/std": float(advantages.std()) if advantages.numel() > 1 else 0.0,
+            "advantage/abs_mean": float(advantages.abs().mean()),
+            "frac_reward_zero_std": float(zero_std.float().mean()),
+        }
+        return advantages, metrics
+
+    def describe(self) -> str:
+        base = "mean of the other G-1 rewards" if self.cfg.leave_one_out else "mean_group(r)"
+        if self.cfg.scale == "none":
+            return f"A = r - {base}"
+        return f"A = (r - {base}) / (std_{self.cfg.scale}(r) + {self.cfg.eps:g}), std unbiased, NaN rewards -> A = 0"
