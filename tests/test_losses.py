@@ -252,7 +252,7 @@ def test_entropy_regularizer():
     x = LossInputs(torch.zeros(2, 2), torch.zeros(2, 2), torch.ones(2), torch.tensor([[1.0, 1.0], [1.0, 0.0]]), ent)
     term, m = Entropy(Entropy.Config(coef=0.1))(x)
     close(term, [[-0.1, -0.2], [-0.3, -0.4]])
-    assert m["entropy_bonus/entropy"] == pytest.approx(2.0)  # (1 + 2 + 3) / 3
+    assert m["bonus"] == pytest.approx(0.1 * 2.0)  # 0.1 * (1 + 2 + 3) / 3
     with pytest.raises(ValueError, match="entropies"):
         Entropy()(LossInputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1)))
     assert Entropy().describe().startswith("-0.001 * H")

@@ -45,7 +45,8 @@ class Entropy:
                 "(the trainer must call _get_per_token_logps_and_entropies with compute_entropy=True)"
             )
         term = -self.cfg.coef * x.entropies
-        return term, {"entropy_bonus/entropy": masked_metric_mean(x.entropies.detach(), x.mask)}
+        # the trainer logs this as "<name>/bonus": coef times the masked token mean of H (what is subtracted)
+        return term, {"bonus": self.cfg.coef * masked_metric_mean(x.entropies.detach(), x.mask)}
 
     def describe(self) -> str:
         return f"-{self.cfg.coef:g} * H(pi_theta) per token, aggregated with the policy loss"
