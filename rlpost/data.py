@@ -1,0 +1,219 @@
+"""Prompt datasets: reasoning-gym tasks, local jsonl/parquet files, or any ``datasets`` source.
+
+``load_datasets(cfg)`` returns ``(train, eval)`` as ``datasets.Dataset`` with the columns TRL's
+GRPOTrainer expects: ``prompt`` (chat messages when ``conversational``, so TRL applies the model's
+chat template; else a string) and ``answer`` (string), plus the row's other scalar fields, with a
+``metadata`` dict stored as a JSON string. Train and eval never share a rendered prompt.
+
+Choices the brief left open: the template sees the row's fields plus ``question`` (the value of
+``question_field``); for reasoning-gym, eval is drawn from seed ``seed + 1_000_003`` and topped up
+past duplicates until it holds ``eval_size`` distinct prompts; for files, ``train_size: null``
+keeps every row, and ``eval_split`` names a second file (jsonl/parquet) or a split (hf).
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import os
+import random
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Literal
+
+from rlpost.errors import ConfigError
+
+if TYPE_CHECKING:
+    import datasets
+
+EVAL_SEED_OFFSET = 1_000_003
+_SCALARS = (str, int, float, bool)
+
+
+@dataclass(frozen=True)
+class DataConfig:
+    """Where prompts come from, how they are split, and how a row becomes a prompt."""
+
+    source: Literal["reasoning_gym", "jsonl", "parquet", "hf"] = "reasoning_gym"
+    task: str | None = None
+    task_params: dict[str, Any] = field(default_factory=dict)
+    path: str | None = None
+    split: str = "train"
+    eval_split: str | None = None
+    train_size: int | None = 256
+    eval_size: int = 100
+    seed: int = 0
+    template: str = "{question}\nGive only the final answer."
+    question_field: str = "question"
+    answer_field: str = "answer"
+    system_prompt: str | None = None
+    conversational: bool = True
+
+    def __post_init__(self):
+        if self.source == "reasoning_gym":
+            if not self.task:
+                raise ValueError("data.source=reasoning_gym needs data.task (e.g. basic_arithmetic)")
+            if self.train_size is None:
+                raise ValueError("data.train_size must be set for reasoning_gym (it generates without end)")
+            reserved = sorted({"seed", "size"} & set(self.task_params))
+            if reserved:
+                raise ValueError(f"data.task_params.{reserved[0]} is set by rlpost; use data.seed / data.train_size")
+        elif not self.path:
+            raise ValueError(f"data.source={self.source} needs data.path")
+        if self.train_size is not None and self.train_size < 1:
+            raise ValueError(f"data.train_size must be >= 1 (or null for all rows), got {self.train_size}")
+        if self.eval_size < 0:
+            raise ValueError(f"data.eval_size must be >= 0, got {self.eval_size}")
+        if not self.template.strip():
+            raise ValueError("data.template is empty")
+
+
+def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """The (train, eval) datasets for ``cfg``; disjoint, seeded and formatted for TRL."""
+    if cfg.source == "reasoning_gym":
+        train, evals = _reasoning_gym_splits(cfg)
+    else:
+        train, evals = _file_splits(cfg)
+    return _to_dataset(train), _to_dataset(evals)
+
+
+def reasoning_gym_tasks() -> list[str]:
+    """Every task name reasoning-gym registers."""
+    from reasoning_gym.factory import DATASETS
+
+    return sorted(DATASETS)
+
+
+def _create_task(cfg: DataConfig, seed: int, size: int):
+    import reasoning_gym
+    from reasoning_gym.factory import DATASETS
+
+    if cfg.task not in DATASETS:
+        close = difflib.get_close_matches(cfg.task, DATASETS, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"Unknown data.task {cfg.task!r}.{hint} Valid tasks: {', '.join(reasoning_gym_tasks())}.")
+    try:
+        return reasoning_gym.create_dataset(cfg.task, seed=seed, size=size, **cfg.task_params)
+    except (TypeError, AssertionError, ValueError) as err:
+        valid = ", ".join(f for f in DATASETS[cfg.task][1].__dataclass_fields__ if f not in ("seed", "size"))
+        raise ConfigError(f"Bad data.task_params for {cfg.task}: {err}. Valid keys: {valid}.") from None
+
+
+def _reasoning_gym_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
+    source = _create_task(cfg, cfg.seed, cfg.train_size)
+    where = f"reasoning-gym task {cfg.task}"
+    train = [_format_row(source[i], cfg, f"{where} item {i + 1}") for i in range(cfg.train_size)]
+    limit = 10 * cfg.eval_size + 1000
+    held_out = _create_task(cfg, cfg.seed + EVAL_SEED_OFFSET, limit)
+    seen = {_prompt_key(row) for row in train}
+    evals = []
+    for i in range(limit):
+        if len(evals) >= cfg.eval_size:
+            break
+        row = _format_row(held_out[i], cfg, f"{where} eval item {i + 1}")
+        if _prompt_key(row) not in seen:
+            seen.add(_prompt_key(row))
+            evals.append(row)
+    if len(evals) < cfg.eval_size:
+        raise ConfigError(
+            f"{where} gave only {len(evals)} distinct eval prompts unseen in train (data.eval_size={cfg.eval_size}); "
+            "lower data.eval_size or data.train_size, or widen data.task_params."
+        )
+    return train, evals
+
+
+def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
+    rows = _read_rows(cfg, cfg.path, cfg.split)
+    if cfg.eval_split:
+        train = rows[: cfg.train_size]
+        evals = _read_rows(cfg, cfg.eval_split if cfg.source != "hf" else cfg.path, cfg.eval_split)[: cfg.eval_size]
+    else:
+        if cfg.eval_size >= len(rows):
+            raise ConfigError(
+                f"data.path={cfg.path!r} has {len(rows)} rows, too few to hold out data.eval_size={cfg.eval_size}."
+            )
+        order = list(range(len(rows)))
+        random.Random(cfg.seed).shuffle(order)
+        held = set(order[: cfg.eval_size])
+        evals = [rows[i] for i in sorted(held)]
+        train = [row for i, row in enumerate(rows) if i not in held][: cfg.train_size]
+    seen = {_prompt_key(row) for row in train}
+    return train, [row for row in evals if _prompt_key(row) not in seen]
+
+
+def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
+    if cfg.source == "hf":
+        return [_format_row(r, cfg, f"{path} ({split}) row {i}") for i, r in enumerate(_hf_rows(path, split), 1)]
+    if not os.path.isfile(path):
+        key = "data.path" if path == cfg.path else "data.eval_split"
+        raise ConfigError(f"{key}={path!r}: no such file.")
+    if cfg.source == "jsonl":
+        return [_format_row(r, cfg, f"{path} line {n}") for n, r in _jsonl_rows(path)]
+    import pyarrow.parquet as pq
+
+    return [_format_row(r, cfg, f"{path} row {i}") for i, r in enumerate(pq.read_table(path).to_pylist(), 1)]
+
+
+def _jsonl_rows(path: str):
+    with open(path, encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise ConfigError(f"{path} line {number}: not valid JSON ({err.msg}).") from None
+            if not isinstance(row, dict):
+                raise ConfigError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}.")
+            yield number, row
+
+
+def _hf_rows(path: str, split: str) -> list[dict]:
+    import datasets
+
+    try:
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "dataset_dict.json")):
+            return datasets.load_from_disk(path)[split].to_list()
+        if os.path.isdir(path) and os.path.exists(os.path.join(path, "state.json")):
+            return datasets.load_from_disk(path).to_list()
+        return datasets.load_dataset(path, split=split).to_list()
+    except (FileNotFoundError, KeyError, ValueError, ConnectionError, OSError) as err:
+        raise ConfigError(f"data.path={path!r} (split {split!r}) could not be loaded: {err}") from None
+
+
+def _format_row(row: dict, cfg: DataConfig, where: str) -> dict:
+    for key, name in ((cfg.question_field, "data.question_field"), (cfg.answer_field, "data.answer_field")):
+        if row.get(key) is None:
+            raise ConfigError(f"{where}: missing field {key!r} ({name}); fields are {', '.join(map(str, row))}.")
+    try:
+        text = cfg.template.format(**{**row, "question": row[cfg.question_field]})
+    except (KeyError, IndexError) as err:
+        raise ConfigError(f"{where}: data.template uses {err} which the row lacks.") from None
+    if not str(row[cfg.question_field]).strip() or not text.strip():
+        raise ConfigError(f"{where}: empty prompt.")
+    if cfg.conversational:
+        system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
+        prompt: Any = [*system, {"role": "user", "content": text}]
+    else:
+        prompt = f"{cfg.system_prompt}\n\n{text}" if cfg.system_prompt else text
+    out = {k: v for k, v in row.items() if isinstance(v, _SCALARS) and k not in ("prompt", "answer")}
+    if row.get("metadata") is not None and not isinstance(row["metadata"], str):
+        out["metadata"] = json.dumps(row["metadata"], default=str)
+    return {**out, "prompt": prompt, "answer": str(row[cfg.answer_field])}
+
+
+def _prompt_key(row: dict) -> str:
+    return json.dumps(row["prompt"], sort_keys=True)
+
+
+def _to_dataset(rows: list[dict]) -> datasets.Dataset:
+    """Rows -> Dataset, keeping only extra columns every row has with one scalar type."""
+    import datasets
+
+    keep = set(rows[0]) if rows else set()
+    for row in rows:
+        keep &= set(row)
+    types = {k: {type(r[k]) for r in rows} for k in keep}
+    cols = [k for k in (rows[0] if rows else {}) if k in keep and (k in ("prompt", "answer") or len(types[k]) == 1)]
+    if not rows:
+        return datasets.Dataset.from_dict({"prompt": [], "answer": []})
+    return datasets.Dataset.from_list([{k: row[k] for k in cols} for row in rows])
