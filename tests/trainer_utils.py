@@ -1,0 +1,77 @@
+"""Build plain-TRL and rlpost trainers on the same composed config (no CLI, no mocks)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from trl import GRPOConfig, GRPOTrainer
+
+from rlpost.build import build_run
+from rlpost.cli import compose
+from rlpost.config import grpo_config_kwargs
+from rlpost.data import load_datasets
+from rlpost.models import load_model, load_tokenizer
+from rlpost.trainer import RLPostTrainer
+
+TINY = [
+    "model=tiny-random",
+    "train.max_completion_length=8",
+    "train.steps=3",
+    "train.learning_rate=1e-3",
+    "data.train_size=32",
+    "data.eval_size=8",
+    "eval.size=8",
+    "logging.tensorboard=false",
+    "logging.progress=false",
+]
+HASH_REWARD = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+
+
+def make_run(overrides: list[str]):
+    return build_run(compose([*TINY, HASH_REWARD, *overrides]))
+
+
+def grpo_args(run, out: Path, **trl_overrides) -> GRPOConfig:
+    kwargs = grpo_config_kwargs(
+        run.settings.train,
+        run.settings.logging,
+        run.hardware,
+        run.plan,
+        seed=run.settings.seed,
+        output_dir=str(out),
+        beta=run.algorithm.kl.coef,
+        mask_truncated=run.algorithm.overlong.filter,
+    )
+    kwargs.update(trl_overrides)
+    return GRPOConfig(**kwargs)
+
+
+def train_plain_trl(run, out: Path, **trl_overrides) -> GRPOTrainer:
+    train_set, _ = load_datasets(run.data)
+    trainer = GRPOTrainer(
+        model=load_model(run.model),
+        reward_funcs=run.reward.funcs,
+        args=grpo_args(run, out, **trl_overrides),
+        train_dataset=train_set,
+        processing_class=load_tokenizer(run.model),
+    )
+    trainer.train()
+    return trainer
+
+
+def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
+    train_set, _ = load_datasets(run.data)
+    trainer = RLPostTrainer(
+        model=load_model(run.model),
+        args=grpo_args(run, out),
+        train_dataset=train_set,
+        processing_class=load_tokenizer(run.model),
+        run=run,
+        **kwargs,
+    )
+    trainer.train()
+    return trainer
+
+
+def step_logs(trainer) -> list[dict]:
+    return [log for log in trainer.state.log_history if "loss" in log and "grad_norm" in log]
