@@ -28,7 +28,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     run = build_run(cfg)  # every config error is raised here, before any model loads
     rundir = RunDirectory(run_dir)
     rundir.write_config(cfg, overrides or [])
-    os.environ.setdefault("TENSORBOARD_LOGGING_DIR", str(rundir.path / "tensorboard"))
+    os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
     _configure_wandb(run)
 
     tokenizer = load_tokenizer(run.model)

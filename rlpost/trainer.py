@@ -71,8 +71,8 @@ class RLPostTrainer(GRPOTrainer):
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         algo, reward = self.run.algorithm, self.run.reward
         terms = self._reward_terms
-        rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
-        rewards = rewards + self._reward_shaping(output, metrics)
+        task_rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
+        rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
         batch = GroupBatch(
@@ -89,7 +89,8 @@ class RLPostTrainer(GRPOTrainer):
 
         keep = torch.ones_like(rewards)
         if algo.dynamic_sampling and mode == "train":
-            keep = (~zero_variance_groups(rewards, group_size)).float()
+            # DAPO filters on the task reward: shaping (overlong, KL) must not make a solved group "informative".
+            keep = (~zero_variance_groups(task_rewards, group_size)).float()
             metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
 
         local = self._process_slice(len(inputs))

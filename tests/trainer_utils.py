@@ -10,7 +10,7 @@ from rlpost.build import build_run
 from rlpost.cli import compose
 from rlpost.config import grpo_config_kwargs
 from rlpost.data import load_datasets
-from rlpost.models import load_model, load_tokenizer
+from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.trainer import RLPostTrainer
 
 TINY = [
@@ -66,6 +66,7 @@ def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
         args=grpo_args(run, out),
         train_dataset=train_set,
         processing_class=load_tokenizer(run.model),
+        peft_config=peft_config(run.model),
         run=run,
         **kwargs,
     )

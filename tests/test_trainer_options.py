@@ -1,0 +1,108 @@
+"""Each trainer option changes the update as it promises, on 2-3 real steps of the tiny model."""
+
+import math
+
+import pytest
+import torch
+
+from trainer_utils import make_run, step_logs, train_rlpost
+
+BINARY = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:binary_hash_reward'}}]"
+
+
+def metric(trainer, key: str) -> list[float]:
+    return [log[key] for log in step_logs(trainer) if key in log]
+
+
+def params_of(model) -> dict[str, torch.Tensor]:
+    return {n: p.detach().clone() for n, p in model.named_parameters()}
+
+
+@pytest.mark.parametrize("estimator", ["k1", "k2", "k3"])
+def test_kl_in_loss_loads_a_reference_and_logs_kl(estimator, tmp_path):
+    run = make_run(["algorithm.kl.coef=0.1", f"algorithm.kl.estimator={estimator}", "train.steps=2"])
+    trainer = train_rlpost(run, tmp_path)
+    assert trainer.ref_model is not None
+    kl = metric(trainer, "kl")
+    assert len(kl) == 2 and all(math.isfinite(v) for v in kl)
+    # Step 1 is on the reference weights: every estimator is exactly 0 there; step 2 has moved (lr 1e-3).
+    assert kl[0] == pytest.approx(0.0, abs=1e-6)
+    assert abs(kl[1]) > 1e-7
+    if estimator in ("k2", "k3"):
+        assert kl[1] > 0  # both are non-negative per token
+
+
+def test_kl_in_reward_subtracts_a_penalty(tmp_path):
+    run = make_run(["algorithm.kl.coef=0.1", "algorithm.kl.placement=reward", "algorithm.kl.estimator=k1"])
+    trainer = train_rlpost(run, tmp_path)
+    penalty = metric(trainer, "rlpost/kl/reward_penalty_mean")
+    assert len(penalty) == 3 and penalty[0] == pytest.approx(0.0, abs=1e-6) and penalty[-1] != 0.0
+    assert "kl" not in step_logs(trainer)[0], "KL must not also be in the loss"
+
+
+def test_entropy_regularizer_adds_its_term(tmp_path):
+    run = make_run(["algorithm/regularizers=[entropy]", "algorithm.regularizers.entropy.coef=0.01"])
+    trainer = train_rlpost(run, tmp_path)
+    bonus, entropy = metric(trainer, "entropy/bonus"), metric(trainer, "entropy")
+    assert len(bonus) == 3
+    for b, h in zip(bonus, entropy):
+        assert b == pytest.approx(0.01 * h, rel=1e-4)  # bonus = coef * mean token entropy
+
+
+def test_dynamic_sampling_drops_zero_variance_groups(tmp_path):
+    # 0/1 rewards over groups of 2 are all-equal half of the time.
+    run = make_run(
+        [BINARY, "algorithm=dapo", "train.num_generations=2", "train.steps=3", "algorithm.overlong.soft_penalty=false"]
+    )
+    trainer = train_rlpost(run, tmp_path)
+    kept = metric(trainer, "rlpost/dynamic_sampling/kept_fraction")
+    zero_std = metric(trainer, "rlpost/frac_reward_zero_std")
+    assert len(kept) == 3
+    for k, z in zip(kept, zero_std):
+        assert k == pytest.approx(1.0 - z)  # exactly the zero-variance groups are dropped
+    assert min(kept) < 1.0, "the test needs at least one dropped group"
+
+
+def test_soft_overlong_penalty_reaches_the_reward(tmp_path):
+    # The tiny random model never emits EOS: every completion hits the limit and gets -factor.
+    run = make_run(["algorithm=dapo", "algorithm.overlong.cache_len=4", "algorithm.overlong.factor=0.5"])
+    trainer = train_rlpost(run, tmp_path)
+    assert metric(trainer, "rlpost/overlong/penalty_mean") == pytest.approx([-0.5] * 3)
+
+
+def test_lora_trains_only_the_adapter(tmp_path):
+    run = make_run(["model.lora.enabled=true", "model.lora.r=4", "train.steps=2"])
+    trainer = train_rlpost(run, tmp_path)
+    trainable = {n for n, p in trainer.model.named_parameters() if p.requires_grad}
+    assert trainable and all("lora_" in n for n in trainable)
+    b_weights = [p for n, p in trainer.model.named_parameters() if "lora_B" in n]
+    assert any(p.abs().sum() > 0 for p in b_weights), "LoRA B starts at zero and must have moved"
+
+
+def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
+    run = make_run(["train.save_steps=1", "train.steps=2"])
+    trainer = train_rlpost(run, tmp_path / "a")
+    assert (tmp_path / "a" / "checkpoint-1").is_dir() and (tmp_path / "a" / "checkpoint-2").is_dir()
+    from rlpost.models import load_model
+
+    start = params_of(load_model(run.model))
+    end = params_of(trainer.model)
+    assert sum(not torch.equal(start[n], end[n]) for n in start) >= len(start) // 2
+    # Resuming from checkpoint-1 restores step 1's state and trains only step 2.
+    resumed = make_run(["train.save_steps=1", "train.steps=2"])
+    from trainer_utils import grpo_args
+    from rlpost.data import load_datasets
+    from rlpost.models import load_tokenizer
+    from rlpost.trainer import RLPostTrainer
+
+    again = RLPostTrainer(
+        model=load_model(resumed.model),
+        args=grpo_args(resumed, tmp_path / "a"),
+        train_dataset=load_datasets(resumed.data)[0],
+        processing_class=load_tokenizer(resumed.model),
+        run=resumed,
+    )
+    again.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    assert again.state.global_step == 2
+    assert [log["step"] for log in step_logs(again)] == [1, 2]
+    assert step_logs(again)[0] == step_logs(trainer)[0]  # step 1 comes from the checkpoint, not retrained
