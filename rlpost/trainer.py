@@ -8,6 +8,16 @@
    ``output["advantages"]``; dynamic sampling marks zero-variance groups out of the loss.
 4. ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` + KL + ``regularizers`` and
    one explicit aggregation. TRL's ``loss_type`` branches are never reached.
+5. ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
+   clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and
+   clipped norm would not be the norm of the gradient actually applied).
+6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
+   (running statistics, reference subspaces) travels with every checkpoint.
+
+Components talk to the trainer through two optional attributes: ``requires`` (a set naming
+rollout statistics to compute, e.g. ``{"entropies"}``: a no-grad forward fills
+``GroupBatch.extras``), and ``prepare(batch) -> dict[str, Tensor [N]]`` on a regularizer, whose
+per-completion tensors are sliced to this process and put into the loss batch under their keys.
 """
 
 from __future__ import annotations
@@ -16,6 +26,7 @@ from dataclasses import dataclass
 from typing import Any, Callable
 
 import torch
+from accelerate.utils import gather_object
 from trl import GRPOTrainer
 
 from rlpost.advantages.base import GroupBatch
@@ -24,6 +35,7 @@ from rlpost.build import BuiltRun
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+from rlpost.state import load_component_state, save_component_state
 
 
 @dataclass
@@ -75,6 +87,7 @@ class RLPostTrainer(GRPOTrainer):
         rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
+        rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
         batch = GroupBatch(
             rewards=rewards,
             reward_terms=terms,
@@ -82,7 +95,8 @@ class RLPostTrainer(GRPOTrainer):
             num_generations=group_size,
             completion_mask=mask,
             completion_ids=self._gather_padded(output["completion_ids"]),
-            rows=inputs,
+            rows=rows,
+            extras=self._rollout_statistics(output),
         )
         advantages, adv_metrics = algo.advantage(batch)
         metrics.update(adv_metrics)
@@ -99,6 +113,10 @@ class RLPostTrainer(GRPOTrainer):
             local_adv = local_adv[:, : output["completion_mask"].size(1)]
         output["advantages"] = local_adv
         output["rlpost_keep"] = keep[local]
+        output["rlpost_rewards"] = rewards[local]
+        for _, regularizer in algo.regularizers:
+            if hasattr(regularizer, "prepare"):
+                output.update({key: value[local] for key, value in regularizer.prepare(batch).items()})
         loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
         output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
 
@@ -108,6 +126,20 @@ class RLPostTrainer(GRPOTrainer):
         if mode == "train":
             self._record_samples(terms[local], rewards[local], advantages[local])
         return output
+
+    def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:
+        """The per-token statistics components asked for (``requires``), gathered: [N, T_max] each."""
+        wanted = set()
+        for component in self.run.components():
+            wanted |= set(getattr(component, "requires", ()))
+        unknown = wanted - {"entropies", "logps"}
+        if unknown:
+            raise RuntimeError(f"components require unknown rollout statistics {sorted(unknown)}")
+        if not wanted:
+            return {}
+        logps, entropies = self._sampling_logps(output, compute_entropy=True)
+        stats = {"logps": logps, "entropies": entropies}
+        return {key: self._gather_padded(stats[key]) for key in sorted(wanted)}
 
     def _reward_shaping(self, output: dict, metrics: dict[str, float]) -> torch.Tensor:
         """Additive reward terms computed by the algorithm: overlong punishment, KL in the reward. [N]"""
@@ -124,7 +156,7 @@ class RLPostTrainer(GRPOTrainer):
         if algo.kl.coef > 0 and algo.kl.placement == "reward":
             policy_logps = output.get("old_per_token_logps")
             if policy_logps is None:
-                policy_logps = self._sampling_logps(output)
+                policy_logps, _ = self._sampling_logps(output)
             penalty = kl_reward_penalty(
                 policy_logps, output["ref_per_token_logps"], self._loss_mask(output), algo.kl.coef, algo.kl.estimator
             )
@@ -133,14 +165,19 @@ class RLPostTrainer(GRPOTrainer):
         return self.accelerator.gather(local)
 
     @torch.no_grad()
-    def _sampling_logps(self, output: dict) -> torch.Tensor:
-        """Log-probs of the sampled tokens under the current (= rollout) policy. [B, T]"""
+    def _sampling_logps(self, output: dict, compute_entropy: bool = False):
+        """Log-probs (and entropies) of the sampled tokens under the rollout policy: [B, T] each."""
         input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
         attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model, input_ids, attention_mask, output["completion_ids"].size(1)
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            input_ids,
+            attention_mask,
+            output["completion_ids"].size(1),
+            batch_size=self.args.per_device_train_batch_size,
+            compute_entropy=compute_entropy,
         )
-        return logps
+        return logps, entropies
 
     # ---- seam 4: the loss ------------------------------------------------------------------
     def _compute_loss(self, model, inputs):
@@ -194,6 +231,27 @@ class RLPostTrainer(GRPOTrainer):
         for name, value in metrics.items():
             self._metrics[mode][name].append(self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item())
         return loss
+
+    # ---- seam 5: gradient transforms -------------------------------------------------------
+    def _clip_grad_norm(self, model):
+        transform = self.run.algorithm.grad
+        if transform is not None:
+            named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.grad is not None]
+            for name, value in transform(named, self.state.global_step).items():
+                self._metrics["train"][f"grad/{name}"].append(value)
+        return super()._clip_grad_norm(model)
+
+    # ---- seam 6: component state in checkpoints ---------------------------------------------
+    def _save_checkpoint(self, model, trial):
+        super()._save_checkpoint(model, trial)
+        if self.args.should_save:
+            folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
+            save_component_state(self.run.named_components(), folder)
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        super()._load_optimizer_and_scheduler(checkpoint)
+        if checkpoint is not None:
+            load_component_state(self.run.named_components(), checkpoint)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _loss_mask(self, batch: dict) -> torch.Tensor:

@@ -1,0 +1,47 @@
+"""Stateful components (running statistics, subspaces) saved with every checkpoint and restored on resume.
+
+A component is stateful when it has ``state_dict() -> dict`` and ``load_state_dict(dict)``; values
+may be tensors, numbers, strings or lists. All states go into one file per checkpoint,
+``rlpost_state.pt`` (torch.save of plain containers; loaded with ``weights_only=True``), written to a
+temporary name and renamed so a partial file is never read.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Iterable
+
+import torch
+
+STATE_FILE = "rlpost_state.pt"
+
+
+def stateful(named: Iterable[tuple[str, Any]]) -> dict[str, Any]:
+    return {name: c for name, c in named if hasattr(c, "state_dict") and hasattr(c, "load_state_dict")}
+
+
+def save_component_state(named: Iterable[tuple[str, Any]], folder: str | os.PathLike) -> Path | None:
+    components = stateful(named)
+    if not components:
+        return None
+    path = Path(folder) / STATE_FILE
+    tmp = path.with_name(f".{STATE_FILE}.tmp")
+    torch.save({name: c.state_dict() for name, c in components.items()}, tmp)
+    os.replace(tmp, path)
+    return path
+
+
+def load_component_state(named: Iterable[tuple[str, Any]], folder: str | os.PathLike) -> list[str]:
+    """Restore every stateful component found in the checkpoint; returns the names restored."""
+    components = stateful(named)
+    path = Path(folder) / STATE_FILE
+    if not components or not path.exists():
+        return []
+    saved = torch.load(path, weights_only=True)
+    restored = []
+    for name, component in components.items():
+        if name in saved:
+            component.load_state_dict(saved[name])
+            restored.append(name)
+    return restored
