@@ -18,6 +18,7 @@ import json
 import os
 import random
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import TYPE_CHECKING, Any, Literal
 
 from rlpost.errors import ConfigError
@@ -140,11 +141,23 @@ def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     return train, [row for row in evals if _prompt_key(row) not in seen]
 
 
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_data_path(path: str) -> str:
+    """A relative path is looked up from the working directory, then from the repository root,
+    so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
+    if os.path.isabs(path) or os.path.exists(path) or not (REPO_ROOT / path).exists():
+        return path
+    return str(REPO_ROOT / path)
+
+
 def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
     if cfg.source == "hf":
         return [_format_row(r, cfg, f"{path} ({split}) row {i}") for i, r in enumerate(_hf_rows(path, split), 1)]
+    key = "data.path" if path == cfg.path else "data.eval_split"
+    path = resolve_data_path(path)
     if not os.path.isfile(path):
-        key = "data.path" if path == cfg.path else "data.eval_split"
         raise ConfigError(f"{key}={path!r}: no such file.")
     if cfg.source == "jsonl":
         return [_format_row(r, cfg, f"{path} line {n}") for n, r in _jsonl_rows(path)]
