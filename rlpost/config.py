@@ -128,6 +128,7 @@ def grpo_config_kwargs(
     output_dir: str,
     beta: float,
     mask_truncated: bool,
+    run_name: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``trl.GRPOConfig`` of this run (the one place rlpost maps onto TRL)."""
     report_to = [name for name, on in (("tensorboard", logging.tensorboard), ("wandb", logging.wandb != "disabled")) if on]
@@ -165,6 +166,7 @@ def grpo_config_kwargs(
         disable_tqdm=True,  # rlpost draws its own progress bar
         log_completions=False,  # rlpost writes samples.jsonl itself
         remove_unused_columns=False,
+        run_name=run_name,
     )
 
 

@@ -29,7 +29,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     rundir = RunDirectory(run_dir)
     rundir.write_config(cfg, overrides or [])
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
-    _configure_wandb(run)
+    _configure_wandb(run, rundir)
 
     tokenizer = load_tokenizer(run.model)
     model = load_model(run.model)
@@ -49,6 +49,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
             output_dir=str(rundir.checkpoints),
             beta=algo.kl.coef,
             mask_truncated=algo.overlong.filter,
+            run_name=run.settings.run_name,
         )
     )
     callbacks = [MetricsFileCallback(rundir)]
@@ -116,7 +117,8 @@ def _resume_checkpoint(run: BuiltRun, rundir: RunDirectory) -> str | None:
     return resume
 
 
-def _configure_wandb(run: BuiltRun) -> None:
+def _configure_wandb(run: BuiltRun, rundir: RunDirectory) -> None:
     mode = run.settings.logging.wandb
     os.environ["WANDB_MODE"] = mode
+    os.environ["WANDB_DIR"] = str(rundir.path)  # offline runs sync later from <run>/wandb/
     os.environ.setdefault("WANDB_PROJECT", run.settings.logging.wandb_project)

@@ -106,3 +106,15 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
     assert again.state.global_step == 2
     assert [log["step"] for log in step_logs(again)] == [1, 2]
     assert step_logs(again)[0] == step_logs(trainer)[0]  # step 1 comes from the checkpoint, not retrained
+
+
+def test_wandb_offline_and_tensorboard_log_into_the_run_directory(tmp_path):
+    from rlpost.cli import compose
+    from rlpost.train import train
+    from trainer_utils import HASH_REWARD, TINY
+
+    cfg = compose([*TINY, HASH_REWARD, "train.steps=1", "logging.wandb=offline", "logging.tensorboard=true"])
+    summary = train(cfg, tmp_path / "run")
+    assert summary["steps"] == 1
+    assert list((tmp_path / "run" / "wandb").glob("offline-run-*")), "no offline wandb run"
+    assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*")), "no tensorboard events"
