@@ -131,7 +131,9 @@ def grpo_config_kwargs(
     run_name: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``trl.GRPOConfig`` of this run (the one place rlpost maps onto TRL)."""
-    report_to = [name for name, on in (("tensorboard", logging.tensorboard), ("wandb", logging.wandb != "disabled")) if on]
+    report_to = [
+        name for name, on in (("tensorboard", logging.tensorboard), ("wandb", logging.wandb != "disabled")) if on
+    ]
     return dict(
         output_dir=output_dir,
         seed=seed,

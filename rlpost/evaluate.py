@@ -6,7 +6,8 @@ every term's mean and the weighted reward are reported too.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 import torch
 from rich.progress import Progress
@@ -37,7 +38,9 @@ def evaluate(
         task = progress.add_task("eval", total=len(rows))
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            texts, n_tokens = _generate(model, tokenizer, [r["prompt"] for r in chunk], max_new_tokens, greedy, temperature)
+            texts, n_tokens = _generate(
+                model, tokenizer, [r["prompt"] for r in chunk], max_new_tokens, greedy, temperature
+            )
             completions += texts
             lengths += n_tokens
             progress.advance(task, len(chunk))

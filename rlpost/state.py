@@ -9,8 +9,9 @@ temporary name and renamed so a partial file is never read.
 from __future__ import annotations
 
 import os
+from collections.abc import Iterable
 from pathlib import Path
-from typing import Any, Iterable
+from typing import Any
 
 import torch
 

@@ -17,9 +17,11 @@ def summarize_sweep(sweep_dir: Path) -> str:
     for summary_file in sorted(sweep_dir.glob("*/summary.json"), key=lambda p: p.parent.name):
         summary = json.loads(summary_file.read_text())
         overrides_file = summary_file.parent / ".hydra" / "overrides.yaml"
-        overrides = " ".join(
-            line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- ")
-        ) if overrides_file.exists() else ""
+        overrides = (
+            " ".join(line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- "))
+            if overrides_file.exists()
+            else ""
+        )
         after, before = summary.get("after", {}), summary.get("before", {})
         cells = [summary_file.parent.name, overrides or "(defaults)"]
         cells += [_fmt(before.get(c)) + " -> " + _fmt(after.get(c)) for c in COLUMNS]

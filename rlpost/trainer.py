@@ -22,8 +22,9 @@ per-completion tensors are sliced to this process and put into the loss batch un
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 import torch
 from accelerate.utils import gather_object
@@ -229,7 +230,9 @@ class RLPostTrainer(GRPOTrainer):
         )
         metrics["entropy"] = x.masked_mean(entropies.detach())
         for name, value in metrics.items():
-            self._metrics[mode][name].append(self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item())
+            self._metrics[mode][name].append(
+                self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item()
+            )
         return loss
 
     # ---- seam 5: gradient transforms -------------------------------------------------------

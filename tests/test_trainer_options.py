@@ -90,10 +90,11 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
     assert sum(not torch.equal(start[n], end[n]) for n in start) >= len(start) // 2
     # Resuming from checkpoint-1 restores step 1's state and trains only step 2.
     resumed = make_run(["train.save_steps=1", "train.steps=2"])
-    from trainer_utils import grpo_args
     from rlpost.data import load_datasets
     from rlpost.models import load_tokenizer
     from rlpost.trainer import RLPostTrainer
+
+    from trainer_utils import grpo_args
 
     again = RLPostTrainer(
         model=load_model(resumed.model),
@@ -111,6 +112,7 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
 def test_wandb_offline_and_tensorboard_log_into_the_run_directory(tmp_path):
     from rlpost.cli import compose
     from rlpost.train import train
+
     from trainer_utils import HASH_REWARD, TINY
 
     cfg = compose([*TINY, HASH_REWARD, "train.steps=1", "logging.wandb=offline", "logging.tensorboard=true"])

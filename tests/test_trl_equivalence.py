@@ -45,4 +45,6 @@ def test_matches_plain_trl(algorithm, tmp_path):
     assert any(log["grad_norm"] > 1e-6 for log in plain_logs), "vacuous comparison: no gradient"
     for step, (p, o) in enumerate(zip(plain_logs, our_logs), start=1):
         assert _close(p["loss"], o["loss"]), f"step {step} loss: TRL {p['loss']} vs rlpost {o['loss']}"
-        assert _close(p["grad_norm"], o["grad_norm"]), f"step {step} grad_norm: TRL {p['grad_norm']} vs {o['grad_norm']}"
+        assert _close(p["grad_norm"], o["grad_norm"]), (
+            f"step {step} grad_norm: TRL {p['grad_norm']} vs {o['grad_norm']}"
+        )
