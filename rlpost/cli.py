@@ -8,9 +8,11 @@ exits with code 2 and a one-line reason before any model loads or any run direct
 from __future__ import annotations
 
 import difflib
+import os
+import re
 import sys
+from collections.abc import Callable
 from pathlib import Path
-from typing import Callable
 
 from rlpost.errors import ConfigError
 
@@ -50,17 +52,87 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 
 def validate(overrides: list[str], multirun: bool) -> None:
     """Compose and build every job; raise ConfigError with Hydra's or rlpost's message."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
+    from hydra.errors import HydraException, OverrideParseException
+    from omegaconf.errors import OmegaConfBaseException
+
+    parser = OverridesParser.create()
+    for override in overrides:  # one at a time, so the message can name the malformed one
+        try:
+            parser.parse_overrides([override])
+        except OverrideParseException as err:
+            message = hydra_message(err)
+            if repr(override) not in message:
+                message = f"Malformed override {override!r}: {message}"
+            raise ConfigError(message) from None
+    try:
+        jobs = expand_sweep(overrides) if multirun else [overrides]
+        for job in jobs:
+            try:
+                build_and_check(job)
+            except HydraException as err:
+                unknown_key_error(err, job)  # raises rlpost's message when the schema explains it better
+                raise
+    except (HydraException, OmegaConfBaseException) as err:
+        raise ConfigError(hydra_message(err)) from None
+
+
+def build_and_check(job: list[str]):
+    from rlpost.build import build_run
+
+    return build_run(compose(job))
+
+
+def unknown_key_error(err: Exception, job: list[str]) -> None:
+    """Hydra's "Could not override 'train.stepz'": retry as an append (``+train.stepz=...``) so the
+    schema names the unknown key, the closest valid one and all valid keys. Hydra's own message
+    (use ``+key=value``) stands when the schema accepts the appended key, or on any other error."""
+    from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException
     from omegaconf.errors import OmegaConfBaseException
 
-    from rlpost.build import build_run
+    match = re.match(r"Could not override '([^']+)'", str(err))
+    if not match:
+        return
+    if "/" in match.group(1):  # a config group path, e.g. algorithm/losss=clip
+        groups = config_groups()
+        close = difflib.get_close_matches(match.group(1), groups, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        raise ConfigError(f"Unknown config group {match.group(1)!r}.{hint} Config groups: {', '.join(groups)}.")
+    parsed = OverridesParser.create().parse_overrides(job)
+    appended = [f"+{o.input_line}" if o.key_or_group == match.group(1) else o.input_line for o in parsed]
+    try:
+        build_and_check(appended)
+    except (HydraException, OmegaConfBaseException):
+        return
 
-    jobs = expand_sweep(overrides) if multirun else [overrides]
-    for job in jobs:
-        try:
-            build_run(compose(job))
-        except (HydraException, OmegaConfBaseException) as err:
-            raise ConfigError(str(err).strip()) from None
+
+def config_groups() -> list[str]:
+    """Every config group (a folder of yaml files under conf/), e.g. ``algorithm/loss``."""
+    return sorted(
+        os.path.relpath(root, CONF_DIR)
+        for root, _, files in os.walk(CONF_DIR, followlinks=True)
+        if root != str(CONF_DIR) and any(f.endswith(".yaml") for f in files)
+    )
+
+
+def group_options(group: str) -> list[str]:
+    """The choices of a config group (its yaml files under conf/; conf/recipe links to recipes/)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def hydra_message(err: Exception) -> str:
+    """Hydra's error text as one clean line: no config search path, options listed inline."""
+    text = str(err).split("Config search path:")[0].strip()
+    missing = re.search(r"Could not (?:find|load) '([^']+)'", text)
+    if missing:
+        group, _, choice = missing.group(1).rpartition("/")
+        options = group_options(group)
+        close = difflib.get_close_matches(choice, options, n=1)
+        hint = f" Did you mean {close[0]!r}?" if close else ""
+        head = text.splitlines()[0].rstrip(".")
+        return f"{head}.{hint} Available options in '{group}': {', '.join(options) or '(none)'}."
+    return ". ".join(line.strip().rstrip(".") for line in text.splitlines() if line.strip()) + "."
 
 
 def cmd_train(args: list[str]) -> int:

@@ -2,13 +2,16 @@
 
 from __future__ import annotations
 
+import re
+import sys
+
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.combine.base import COMBINERS
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.losses.base import LOSSES
-from rlpost.regularizers.base import REGULARIZERS
 from rlpost.registry import Registry, describe
+from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS
 
 REGISTRIES: dict[str, Registry] = {
@@ -21,10 +24,14 @@ REGISTRIES: dict[str, Registry] = {
 }
 
 
+def seed_reference(cls: type) -> str:
+    """The component's ``seed`` attribute, else every ``seed NNN #NN`` its module docstring cites."""
+    if getattr(cls, "seed", ""):
+        return cls.seed
+    doc = sys.modules[cls.__module__].__doc__ or ""
+    return ", ".join(dict.fromkeys(re.findall(r"seed \d{3} #\d+", doc)))
+
+
 def rows(kind: str | None = None) -> list[tuple[str, str, str, str]]:
     kinds = [kind] if kind else list(REGISTRIES)
-    return [
-        (k, name, describe(cls), getattr(cls, "seed", "") or "")
-        for k in kinds
-        for name, cls in REGISTRIES[k].items()
-    ]
+    return [(k, name, describe(cls), seed_reference(cls)) for k in kinds for name, cls in REGISTRIES[k].items()]

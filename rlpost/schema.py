@@ -7,9 +7,11 @@ in ``algorithm.loss.epsilon_hihg=0.3`` is caught before any model loads.
 from __future__ import annotations
 
 import dataclasses
+import difflib
 import types
 import typing
-from typing import Any, Literal, Mapping
+from collections.abc import Mapping
+from typing import Any, Literal
 
 from rlpost.errors import ConfigError
 
@@ -17,25 +19,36 @@ from rlpost.errors import ConfigError
 def build_config(config_cls: type, node: Mapping[str, Any] | None, where: str) -> Any:
     """Validate ``node`` against the dataclass ``config_cls`` and instantiate it.
 
-    ``where`` is the dotted key path of ``node`` (e.g. ``"algorithm.loss"``), used in messages.
-    Nested dataclass fields are built recursively.
+    ``where`` is the dotted key path of ``node`` (e.g. ``"algorithm.loss"``; ``""`` for the top
+    level), used in messages. Nested dataclass fields are built recursively.
     """
     node = dict(node or {})
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     unknown = sorted(set(node) - set(fields))
     if unknown:
-        raise ConfigError(
-            f"Unknown key {where}.{unknown[0]}. Valid keys of {where}: {', '.join(sorted(fields)) or '(none)'}."
-        )
+        raise ConfigError(unknown_key_message(where, str(unknown[0]), sorted(fields)))
     hints = typing.get_type_hints(config_cls)
-    values = {name: _coerce(hints[name], value, f"{where}.{name}") for name, value in node.items()}
+    values = {name: _coerce(hints[name], value, key_path(where, name)) for name, value in node.items()}
     missing = [n for n, f in fields.items() if n not in values and _required(f)]
     if missing:
-        raise ConfigError(f"Missing required key {where}.{missing[0]}.")
+        raise ConfigError(f"Missing required key {key_path(where, missing[0])}.")
     try:
         return config_cls(**values)
     except (TypeError, ValueError) as err:  # __post_init__ checks of the component
         raise ConfigError(f"{where}: {err}") from None
+
+
+def key_path(where: str, name: str) -> str:
+    """``where.name``, or ``name`` at the top level (``where == ""``)."""
+    return f"{where}.{name}" if where else name
+
+
+def unknown_key_message(where: str, name: str, valid: list[str]) -> str:
+    """``Unknown key train.stepz. Did you mean 'steps'? Valid keys of train: ...``."""
+    close = difflib.get_close_matches(name, valid, n=1)
+    hint = f" Did you mean {close[0]!r}?" if close else ""
+    of = f" of {where}" if where else ""
+    return f"Unknown key {key_path(where, name)}.{hint} Valid keys{of}: {', '.join(valid) or '(none)'}."
 
 
 def _required(field: dataclasses.Field) -> bool:
