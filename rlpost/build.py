@@ -22,6 +22,7 @@ from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, plan_batch
 from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
 from rlpost.errors import ConfigError
+from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
@@ -32,7 +33,17 @@ from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
-ALGORITHM_KEYS = {"name", "advantage", "loss", "regularizers", "aggregation", "kl", "dynamic_sampling", "overlong"}
+ALGORITHM_KEYS = {
+    "name",
+    "advantage",
+    "loss",
+    "regularizers",
+    "grad",
+    "aggregation",
+    "kl",
+    "dynamic_sampling",
+    "overlong",
+}
 
 
 @dataclass
@@ -45,6 +56,7 @@ class AlgorithmParts:
     kl: KLConfig
     dynamic_sampling: bool
     overlong: OverlongSettings
+    grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
 
 
 @dataclass
@@ -64,6 +76,20 @@ class BuiltRun:
     algorithm: AlgorithmParts
     hardware: HardwareConfig
     plan: BatchPlan
+
+    def named_components(self) -> list[tuple[str, Any]]:
+        """Every built component with its config path (for state saving and ``requires``)."""
+        algo = self.algorithm
+        named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
+        named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
+        if algo.grad is not None:
+            named.append(("algorithm.grad", algo.grad))
+        named.append(("reward.combine", self.reward.combine))
+        named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
+        return named
+
+    def components(self) -> list[Any]:
+        return [component for _, component in self.named_components()]
 
 
 def build_component(registry: Registry, node: Any, where: str) -> Any:
@@ -100,6 +126,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         kl=build_config(KLConfig, node.get("kl"), "algorithm.kl"),
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
+        grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
     )
 
 
