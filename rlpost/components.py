@@ -11,6 +11,7 @@ import rlpost.combine.weighted_sum  # noqa: F401
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
 import rlpost.losses.gspo  # noqa: F401
+import rlpost.losses.output_reset  # noqa: F401
 
 # regularizers
 import rlpost.regularizers.entropy  # noqa: F401
