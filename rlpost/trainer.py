@@ -14,7 +14,8 @@
 6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
    (running statistics, reference subspaces) travels with every checkpoint.
 
-Components talk to the trainer through two optional attributes: ``requires`` (a set naming
+Components talk to the trainer through three optional attributes: ``sampler(...)`` (seam 0:
+which prompts share a generation batch), ``requires`` (a set naming
 rollout statistics to compute, e.g. ``{"entropies"}``: a no-grad forward fills
 ``GroupBatch.extras``), and ``prepare(batch) -> dict[str, Tensor [N]]`` on a regularizer, whose
 per-completion tensors are sliced to this process and put into the loss batch under their keys.
@@ -58,6 +59,23 @@ class RLPostTrainer(GRPOTrainer):
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
         super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+
+    # ---- seam 0: which prompts share a generation batch ------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        """A component with ``sampler(...)`` (e.g. AIR's whole-intent batches) replaces TRL's RepeatSampler,
+        keeping its contract: each prompt index G times in a row, each generation batch repeated."""
+        dataset = self.train_dataset if dataset is None else dataset
+        for component in self.run.components():
+            if hasattr(component, "sampler"):
+                return component.sampler(
+                    dataset,
+                    generation_batch_prompts=self.args.generation_batch_size // self.num_generations,
+                    num_generations=self.num_generations,
+                    seed=self.args.seed,
+                    repeat_count=self.num_iterations * self.args.steps_per_generation,
+                    shuffle=self.shuffle_dataset,
+                )
+        return super()._get_train_sampler(dataset)
 
     # ---- seam 1: rollout bookkeeping -------------------------------------------------------
     def _generate(self, prompts: list):
