@@ -14,10 +14,12 @@ import rlpost.losses.gspo  # noqa: F401
 import rlpost.losses.output_reset  # noqa: F401
 
 # regularizers
+import rlpost.regularizers.air  # noqa: F401
 import rlpost.regularizers.entropy  # noqa: F401
 
 # rewards
 import rlpost.rewards.callable  # noqa: F401
+import rlpost.rewards.choice_or_text  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
