@@ -24,6 +24,7 @@ commands:
   train   train a policy: rlpost train algorithm=dapo reward=math_answer [-m for sweeps]
   show    the composed config and a plain-language explanation of the run
   list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad]
+  subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
 """
 
 
@@ -203,7 +204,18 @@ def cmd_list(args: list[str]) -> int:
     return 0
 
 
-COMMANDS: dict[str, Callable[[list[str]], int]] = {"train": cmd_train, "show": cmd_show, "list": cmd_list}
+def cmd_subspace(args: list[str]) -> int:
+    from rlpost.grad.subspace import main as subspace_main
+
+    return subspace_main(args)
+
+
+COMMANDS: dict[str, Callable[[list[str]], int]] = {
+    "train": cmd_train,
+    "show": cmd_show,
+    "list": cmd_list,
+    "subspace": cmd_subspace,
+}
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -7,6 +7,10 @@ import rlpost.advantages.group_norm  # noqa: F401
 # combiners
 import rlpost.combine.weighted_sum  # noqa: F401
 
+# gradient transforms
+import rlpost.grad.direction_monitor  # noqa: F401
+import rlpost.grad.trusted_projection  # noqa: F401
+
 # policy losses
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
