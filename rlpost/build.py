@@ -194,6 +194,16 @@ def check_run(run: BuiltRun) -> None:
             f"algorithm.overlong.cache_len={algo.overlong.cache_len} must be smaller than "
             f"train.max_completion_length={train.max_completion_length}."
         )
+    if algo.grad is not None:
+        check = getattr(algo.grad, "check_compatible", None)
+        if check is not None:
+            check(hw)
+        if train.max_grad_norm <= 0:
+            # transformers only calls _clip_grad_norm (where the transform runs) when clipping is on
+            raise ConfigError(
+                f"algorithm.grad={type(algo.grad).registry_name} needs train.max_grad_norm > 0 (got "
+                f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
+            )
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
     if run.settings.eval.size > run.data.eval_size and (run.settings.eval.at_start or run.settings.eval.at_end):

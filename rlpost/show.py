@@ -46,6 +46,8 @@ def explain(run: BuiltRun) -> str:
         lines.append(f"  + {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref)")
     for name, regularizer in algo.regularizers:
         lines.append(f"  + {name}: {_describe(regularizer)}")
+    if algo.grad is not None:
+        lines.append(f"  gradients before clipping: {_describe(algo.grad)}")
     if algo.overlong.filter:
         lines.append("  truncated completions (no EOS) are excluded")
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
