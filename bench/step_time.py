@@ -206,7 +206,7 @@ def machine(threads: int, load: float) -> str:
     cores = f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} logical cores"
     return (
         f"{cpu}; {cores}; load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; torch {torch.__version__} "
-        f"({threads} threads per run), transformers {transformers.__version__}, trl {trl.__version__}; "
+        f"({threads} thread{'s' if threads > 1 else ''} per run), transformers {transformers.__version__}, trl {trl.__version__}; "
         f"Python {platform.python_version()}; {datetime.now().strftime('%Y-%m-%d %H:%M')}"
     )
 
