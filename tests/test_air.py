@@ -329,24 +329,6 @@ def anchor_one_open_hash(prompts, completions, variant, **kwargs):
     ]
 
 
-class HookedTrainer(RLPostTrainer):
-    """The trainer hook this test stands in for: a component's sampler() replaces TRL's RepeatSampler."""
-
-    def _get_train_sampler(self, dataset=None):
-        dataset = self.train_dataset if dataset is None else dataset
-        for component in self.run.components():
-            if hasattr(component, "sampler"):
-                return component.sampler(
-                    dataset,
-                    generation_batch_prompts=self.args.generation_batch_size // self.num_generations,
-                    num_generations=self.num_generations,
-                    seed=self.args.seed,
-                    repeat_count=self.num_iterations * self.args.steps_per_generation,
-                    shuffle=self.shuffle_dataset,
-                )
-        return super()._get_train_sampler(dataset)
-
-
 class Spy:
     """Delegates to AIR, recording what prepare() saw and every term it returned."""
 
@@ -372,7 +354,7 @@ def test_three_real_steps_term_only_on_open_variants(tmp_path):
     spy = Spy(run.algorithm.regularizers[0][1])
     run.algorithm.regularizers[0] = ("air", spy)
     train_set, _ = load_datasets(run.data)
-    cls = RLPostTrainer if "_get_train_sampler" in RLPostTrainer.__dict__ else HookedTrainer
+    cls = RLPostTrainer  # its _get_train_sampler uses AIR.sampler (trainer seam 0)
     trainer = cls(
         model=load_model(run.model),
         args=grpo_args(run, tmp_path),
