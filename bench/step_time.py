@@ -86,7 +86,6 @@ def child(args: argparse.Namespace, algorithm: str) -> dict:
 
     from rlpost.build import build_run
     from rlpost.cli import compose
-    from rlpost.config import grpo_config_kwargs
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
     from rlpost.trainer import RLPostTrainer
@@ -101,10 +100,7 @@ def child(args: argparse.Namespace, algorithm: str) -> dict:
                  "logging.tensorboard=false", "logging.progress=false", *extra]  # fmt: skip
     run = build_run(compose(overrides))
     out_dir = tempfile.mkdtemp(prefix="rlpost-bench-")
-    kwargs = grpo_config_kwargs(
-        run.settings.train, run.settings.logging, run.hardware, run.plan, seed=run.settings.seed,
-        output_dir=out_dir, beta=run.algorithm.kl.coef, mask_truncated=run.algorithm.overlong.filter,
-    )  # fmt: skip
+    kwargs = run.grpo_config_kwargs(out_dir)
     if args.child == "TRL":
         kwargs.update(trl_settings)
     acc, steps, texts = defaultdict(float), [], []

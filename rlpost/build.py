@@ -19,7 +19,7 @@ import torch
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
 from rlpost.combine.base import COMBINERS, Combine
-from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, plan_batch
+from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
 from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
@@ -87,6 +87,21 @@ class BuiltRun:
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
+
+    def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
+        """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""
+        algo = self.algorithm
+        return grpo_config_kwargs(
+            self.settings.train,
+            self.settings.logging,
+            self.hardware,
+            self.plan,
+            seed=self.settings.seed,
+            output_dir=output_dir,
+            beta=algo.kl.coef,
+            mask_truncated=algo.overlong.filter,
+            run_name=self.settings.run_name,
+        )
 
     def components(self) -> list[Any]:
         return [component for _, component in self.named_components()]

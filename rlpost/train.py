@@ -13,7 +13,6 @@ from trl import GRPOConfig
 
 from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
-from rlpost.config import grpo_config_kwargs
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.evaluate import evaluate
@@ -38,20 +37,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     if run.settings.eval.at_start:
         summary["before"] = _evaluate(run, model, tokenizer, eval_set)
 
-    algo = run.algorithm
-    args = GRPOConfig(
-        **grpo_config_kwargs(
-            run.settings.train,
-            run.settings.logging,
-            run.hardware,
-            run.plan,
-            seed=run.settings.seed,
-            output_dir=str(rundir.checkpoints),
-            beta=algo.kl.coef,
-            mask_truncated=algo.overlong.filter,
-            run_name=run.settings.run_name,
-        )
-    )
+    args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))
     callbacks = [MetricsFileCallback(rundir)]
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())

@@ -13,14 +13,11 @@ from rlpost.advantages.gepo import GEPO, group_entropy
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.build import build_run
 from rlpost.cli import compose
-from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
-from rlpost.models import load_model, load_tokenizer
 from rlpost.schema import build_config
 from rlpost.state import STATE_FILE, load_component_state, save_component_state
-from rlpost.trainer import RLPostTrainer
 
-from trainer_utils import grpo_args, make_run, step_logs, train_rlpost
+from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 X = 0.5 / (math.sqrt(0.5) + 1e-4)  # 0.707007: GRPO advantage of rewards [1, 0] (mean .5, unbiased std sqrt(.5))
 S23 = math.sqrt(2 / 3)  # 0.816497: population std of [1, 2, 3]
@@ -324,13 +321,7 @@ def test_three_steps_log_gepo_metrics_attenuate_and_resume(tmp_path):
 
     # Resume from step 2: the history of 2 batches is restored, step 3 adds the third.
     resumed = make_run(overrides)
-    again = RLPostTrainer(
-        model=load_model(resumed.model),
-        args=grpo_args(resumed, tmp_path / "a"),
-        train_dataset=load_datasets(resumed.data)[0],
-        processing_class=load_tokenizer(resumed.model),
-        run=resumed,
-    )
+    again = rlpost_trainer(resumed, tmp_path / "a")
     again.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-2"))
     assert [log["step"] for log in step_logs(again)] == [1, 2, 3]
     assert resumed.algorithm.advantage.state_dict()["count"] == 3  # 1 if the state had not been restored

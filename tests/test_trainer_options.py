@@ -5,7 +5,7 @@ import math
 import pytest
 import torch
 
-from trainer_utils import make_run, step_logs, train_rlpost
+from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 BINARY = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:binary_hash_reward'}}]"
 
@@ -90,19 +90,8 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
     assert sum(not torch.equal(start[n], end[n]) for n in start) >= len(start) // 2
     # Resuming from checkpoint-1 restores step 1's state and trains only step 2.
     resumed = make_run(["train.save_steps=1", "train.steps=2"])
-    from rlpost.data import load_datasets
-    from rlpost.models import load_tokenizer
-    from rlpost.trainer import RLPostTrainer
 
-    from trainer_utils import grpo_args
-
-    again = RLPostTrainer(
-        model=load_model(resumed.model),
-        args=grpo_args(resumed, tmp_path / "a"),
-        train_dataset=load_datasets(resumed.data)[0],
-        processing_class=load_tokenizer(resumed.model),
-        run=resumed,
-    )
+    again = rlpost_trainer(resumed, tmp_path / "a")
     again.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
     assert again.state.global_step == 2
     assert [log["step"] for log in step_logs(again)] == [1, 2]

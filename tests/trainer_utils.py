@@ -8,7 +8,6 @@ from trl import GRPOConfig, GRPOTrainer
 
 from rlpost.build import build_run
 from rlpost.cli import compose
-from rlpost.config import grpo_config_kwargs
 from rlpost.data import load_datasets
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.trainer import RLPostTrainer
@@ -32,18 +31,7 @@ def make_run(overrides: list[str]):
 
 
 def grpo_args(run, out: Path, **trl_overrides) -> GRPOConfig:
-    kwargs = grpo_config_kwargs(
-        run.settings.train,
-        run.settings.logging,
-        run.hardware,
-        run.plan,
-        seed=run.settings.seed,
-        output_dir=str(out),
-        beta=run.algorithm.kl.coef,
-        mask_truncated=run.algorithm.overlong.filter,
-    )
-    kwargs.update(trl_overrides)
-    return GRPOConfig(**kwargs)
+    return GRPOConfig(**{**run.grpo_config_kwargs(str(out)), **trl_overrides})
 
 
 def train_plain_trl(run, out: Path, **trl_overrides) -> GRPOTrainer:
@@ -59,9 +47,10 @@ def train_plain_trl(run, out: Path, **trl_overrides) -> GRPOTrainer:
     return trainer
 
 
-def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
+def rlpost_trainer(run, out: Path, **kwargs) -> RLPostTrainer:
+    """An RLPostTrainer on the run's model and data, not yet trained."""
     train_set, _ = load_datasets(run.data)
-    trainer = RLPostTrainer(
+    return RLPostTrainer(
         model=load_model(run.model),
         args=grpo_args(run, out),
         train_dataset=train_set,
@@ -70,6 +59,10 @@ def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
         run=run,
         **kwargs,
     )
+
+
+def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
+    trainer = rlpost_trainer(run, out, **kwargs)
     trainer.train()
     return trainer
 
