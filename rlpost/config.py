@@ -42,6 +42,7 @@ class EvalSettings:
     size: int = 100
     batch_size: int = 50
     greedy: bool = True
+    group_by: str | None = None
 
 
 @dataclass(frozen=True)

@@ -1,7 +1,8 @@
 """Held-out evaluation: generate for eval prompts, score with the run's reward terms.
 
 The first reward term is the run's accuracy metric (for ``math_answer`` it is exact correctness);
-every term's mean and the weighted reward are reported too.
+every term's mean and the weighted reward are reported too. With ``group_by`` (a dataset column,
+e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ def evaluate(
     greedy: bool = True,
     temperature: float = 1.0,
     size: int | None = None,
+    group_by: str | None = None,
     show_progress: bool = True,
 ) -> dict[str, float]:
     """Accuracy (first reward term), per-term means, weighted reward and mean completion length."""
@@ -58,7 +60,17 @@ def evaluate(
     result["eval/reward"] = torch.nanmean((scores * weights.cpu()).nansum(dim=1)).item()
     result["eval/mean_length"] = sum(lengths) / max(len(lengths), 1)
     result["eval/num_prompts"] = len(rows)
+    if group_by is not None:
+        result.update(_accuracy_by(scores[:, 0], [r.get(group_by) for r in rows]))
     return result
+
+
+def _accuracy_by(accuracy: torch.Tensor, keys: list) -> dict[str, float]:
+    """Mean accuracy [N] per distinct key, as eval/accuracy/<key>."""
+    by_key: dict[str, list[int]] = {}
+    for i, key in enumerate(keys):
+        by_key.setdefault(str(key), []).append(i)
+    return {f"eval/accuracy/{k}": torch.nanmean(accuracy[idx]).item() for k, idx in sorted(by_key.items())}
 
 
 def _generate(model, tokenizer, prompts: list, max_new_tokens: int, greedy: bool, temperature: float):

@@ -8,7 +8,8 @@ whose first line is its one-line description for ``rlpost list``.
 from __future__ import annotations
 
 import difflib
-from typing import Callable, Generic, TypeVar
+from collections.abc import Callable
+from typing import Generic, TypeVar
 
 from rlpost.errors import ConfigError
 

@@ -25,6 +25,8 @@ from rlpost.trainer import RLPostTrainer
 def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
     """Run one training job described by the composed config ``cfg``; returns the summary."""
     run = build_run(cfg)  # every config error is raised here, before any model loads
+    train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
+    _check_eval_columns(run, eval_set)
     rundir = RunDirectory(run_dir)
     rundir.write_config(cfg, overrides or [])
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
@@ -32,7 +34,6 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
 
     tokenizer = load_tokenizer(run.model)
     model = load_model(run.model)
-    train_set, eval_set = load_datasets(run.data)
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
         summary["before"] = _evaluate(run, model, tokenizer, eval_set)
@@ -74,6 +75,15 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     return summary
 
 
+def _check_eval_columns(run: BuiltRun, eval_set) -> None:
+    group_by = run.settings.eval.group_by
+    if group_by is not None and group_by not in eval_set.column_names:
+        raise ConfigError(
+            f"eval.group_by={group_by!r} is not a column of the eval split; "
+            f"its columns are: {', '.join(eval_set.column_names)}"
+        )
+
+
 def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
     settings = run.settings
     return evaluate(
@@ -88,6 +98,7 @@ def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
         greedy=settings.eval.greedy,
         temperature=settings.train.temperature,
         size=settings.eval.size,
+        group_by=settings.eval.group_by,
         show_progress=settings.logging.progress,
     )
 
