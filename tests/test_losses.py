@@ -69,6 +69,19 @@ def test_clip_metrics_masked():
     close(loss, [[-0.5]])
 
 
+def test_clip_logs_output_reset_diagnostics_at_its_log_margins():
+    # margins: log(1.2) = 0.1823 (A > 0), -log(0.8) = 0.2231 (A < 0)
+    # seq 0, A = +2: s*r = log 1.5 = 0.4055 (past 0.1823), log 1.0 = 0
+    # seq 1, A = -1: s*r = -log 0.5 = 0.6931 (past 0.2231), -log 4 = -1.3863
+    _, m = Clip()(inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0]))
+    assert Clip().log_margins() == pytest.approx((math.log(1.2), -math.log(0.8)))
+    assert m["or/overshoot_frac"] == 0.5
+    assert m["or/log_ratio_displacement"] == pytest.approx((math.log(1.5) + 0 + LN2 - math.log(4)) / 4)
+    # residuals relu(m - s*r): 0, 0.1823, 0, 0.2231 + 1.3863
+    assert m["or/residual_mean"] == pytest.approx((math.log(1.2) - math.log(0.8) + math.log(4)) / 4)
+    assert m["or/log_ratio_abs_mean"] == pytest.approx((math.log(1.5) + LN2 + math.log(4)) / 4)
+
+
 def test_clip_higher():
     # DAPO clip-higher 0.28: ratio 1.5, A=1 -> -1.28; ratio 1.25 not clipped -> -1.25
     loss, m = Clip(Clip.Config(epsilon_high=0.28))(inputs([[1.5, 1.25]], [1.0]))

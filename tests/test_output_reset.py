@@ -16,7 +16,8 @@ from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import Clip
-from rlpost.losses.output_reset import OutputReset, or_diagnostics
+from rlpost.losses.diagnostics import or_diagnostics
+from rlpost.losses.output_reset import OutputReset
 
 from trainer_utils import make_run, step_logs, train_rlpost
 

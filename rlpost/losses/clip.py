@@ -20,10 +20,13 @@ Choices:
 Metrics, exactly TRL's: ``clip_ratio/low_mean`` (r < 1-eps_low and A < 0), ``clip_ratio/high_mean``
 (r > 1+eps_high and A > 0), ``clip_ratio/region_mean`` (either), masked token means; ``low_min`` /
 ``high_max`` over per-sequence means; plus ``clip_ratio/dual_mean`` (tokens where the dual cap bit).
+``clip`` also logs Output Reset's ``or/*`` diagnostics (``diagnostics.py``) at its equivalent margins
+``log(1 + epsilon_high)`` / ``-log(1 - epsilon_low)``, so GRPO and GRPO-OR runs compare directly.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Any
 
@@ -31,6 +34,7 @@ import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.diagnostics import or_diagnostics
 
 
 def as_2d(advantages: torch.Tensor) -> torch.Tensor:
@@ -116,8 +120,15 @@ class Clip:
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps [B, T], advantages [B, 1] or [B, T] -> per-token loss [B, T], metrics."""
-        coef_1 = torch.exp(x.logps - x.old_logps)  # [B, T]
-        return clipped_surrogate(coef_1, as_2d(x.advantages), x.mask, self.cfg)
+        log_ratio = x.logps - x.old_logps  # [B, T]
+        advantages = as_2d(x.advantages)
+        loss, metrics = clipped_surrogate(torch.exp(log_ratio), advantages, x.mask, self.cfg)
+        return loss, {**metrics, **or_diagnostics(log_ratio, advantages, x.mask, *self.log_margins())}
+
+    def log_margins(self) -> tuple[float, float]:
+        """The clip range in log-ratio space: (log(1 + eps_high), -log(1 - eps_low))."""
+        eps_low = self.cfg.epsilon_low
+        return math.log1p(self.cfg.epsilon_high), (-math.log1p(-eps_low) if eps_low < 1 else math.inf)
 
     def describe(self) -> str:
         return describe_clip(self.cfg, "r = pi/pi_old per token")

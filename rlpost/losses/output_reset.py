@@ -44,32 +44,7 @@ import torch
 
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import as_2d
-
-
-def or_diagnostics(
-    log_ratio: torch.Tensor, advantages: torch.Tensor, mask: torch.Tensor, margin_high: float, margin_low: float
-) -> dict[str, float]:
-    """The ``or/*`` metrics of the log-ratio [B, T] for advantages [B, 1] or [B, T], mask [B, T]."""
-    with torch.no_grad():
-        sign, margin = _direction(advantages, margin_high, margin_low)
-        sr = sign * log_ratio.detach()  # [B, T]
-        residual = torch.relu(margin - sr) * (sign != 0)
-        mask = mask.to(sr.dtype)
-        directed = mask * (sign != 0).to(sr.dtype).expand_as(mask)  # [B, T]
-        count = directed.sum().clamp(min=1.0)
-        return {
-            "or/residual_mean": float((residual * directed).sum() / count),
-            "or/overshoot_frac": float(((sr >= margin).to(sr.dtype) * directed).sum() / count),
-            "or/log_ratio_displacement": float((sr * directed).sum() / count),
-            "or/log_ratio_abs_mean": float((log_ratio.detach().abs() * mask).sum() / mask.sum().clamp(min=1.0)),
-        }
-
-
-def _direction(advantages: torch.Tensor, margin_high: float, margin_low: float) -> tuple[torch.Tensor, torch.Tensor]:
-    """sign(A) and the margin of that direction (margin_high where A > 0, else margin_low)."""
-    sign = torch.sign(advantages)
-    margin = torch.where(advantages > 0, advantages.new_tensor(margin_high), advantages.new_tensor(margin_low))
-    return sign, margin
+from rlpost.losses.diagnostics import direction, or_diagnostics
 
 
 @LOSSES.register("output_reset")
@@ -96,7 +71,7 @@ class OutputReset:
         cfg = self.cfg
         advantages = as_2d(x.advantages)
         log_ratio = x.logps - x.old_logps  # [B, T]
-        sign, margin = _direction(advantages, cfg.margin_high, cfg.margin_low)
+        sign, margin = direction(advantages, cfg.margin_high, cfg.margin_low)
         residual = torch.relu(margin - sign * log_ratio)  # [B, T]; A = 0 rows are zeroed by |A| below
         scale = 2.0 * margin if cfg.normalize else 2.0
         loss = advantages.abs() * residual.square() / scale
