@@ -1,0 +1,141 @@
+"""Short CPU experiments of the named methods against their GRPO baselines at equal steps.
+
+Each pair runs one method recipe and its GRPO baseline on the same seed, data and batch, one run at a
+time (two torch processes on 2 cores slow each other several-fold), into ``runs/methods/<name>``;
+a finished run (its summary.json exists) is not run again. Then one markdown table per pair is
+printed and written to ``bench/METHODS.md``: held-out accuracy before/after and, per metric, the
+mean over the first and the second half of the steps (the trajectory the paper says should move).
+
+    python bench/method_experiments.py [--only or,tp] [--steps 8]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+RUNS = ROOT / "runs" / "methods"
+COMMON = ["logging.tensorboard=false", "logging.plots=false"]
+
+
+@dataclass
+class Pair:
+    name: str
+    title: str
+    method: list[str]
+    baseline: list[str]
+    metrics: list[str]
+    eval_keys: list[str] = field(default_factory=lambda: ["eval/accuracy"])
+
+
+def pairs(steps: int) -> list[Pair]:
+    batch = ["train.completions_per_step=16", "eval.size=50", f"train.steps={steps}"]
+    return [
+        Pair(
+            "or",
+            "Output Reset (seed 000 #29): GRPO-OR vs GRPO, 2 passes per batch",
+            ["recipe=grpo_or", *batch],
+            ["recipe=default", "train.num_iterations=2", *batch],
+            ["reward", "grad_norm", "or/overshoot_frac", "or/log_ratio_displacement", "or/log_ratio_abs_mean"],
+        ),
+        Pair(
+            "tp",
+            "Trusted projection (seed 004 #10) vs GRPO + direction monitor, hackable reward",
+            ["recipe=trusted_projection", *batch],
+            ["recipe=trusted_projection", "algorithm/grad=direction_monitor", *batch],
+            [
+                "rewards/math_answer/mean",
+                "rewards/format/mean",
+                "grad/direction/change_mean",
+                "grad/projection/kept_norm_ratio",
+                "completions/mean_length",
+            ],
+            ["eval/accuracy", "eval/format"],
+        ),
+        Pair(
+            "air",
+            "AIR (seed 004 #14) vs GRPO on the bundled intents",
+            ["recipe=air", f"train.steps={steps}"],
+            ["recipe=air", "algorithm/regularizers=[]", f"train.steps={steps}"],
+            ["reward", "air/gap", "air/term_abs", "grad_norm"],
+            ["eval/accuracy", "eval/accuracy/anchor", "eval/accuracy/open"],
+        ),
+        Pair(
+            "gepo",
+            "GEPO (seed 000 #30) vs GRPO",
+            ["recipe=gepo", *batch],
+            ["recipe=default", *batch],
+            ["reward", "entropy", "rlpost/gepo/attenuated_frac", "rlpost/gepo/group_entropy_mean"],
+        ),
+    ]
+
+
+def run(name: str, overrides: list[str]) -> Path:
+    out = RUNS / name
+    if (out / "summary.json").exists():
+        return out
+    cmd = [sys.executable, "-m", "rlpost.cli", "train", *overrides, *COMMON, f"hydra.run.dir={out}"]
+    print("$", " ".join(cmd[2:]), flush=True)
+    started = time.time()
+    subprocess.run(cmd, cwd=ROOT, check=True)
+    print(f"  {name}: {time.time() - started:.0f} s", flush=True)
+    return out
+
+
+def halves(values: list[float]) -> str:
+    if not values:
+        return "-"
+    mid = max(len(values) // 2, 1)
+    first, second = values[:mid], values[mid:] or values[:mid]
+    return f"{sum(first) / len(first):.3f} -> {sum(second) / len(second):.3f}"
+
+
+def table(pair: Pair, runs: dict[str, Path]) -> str:
+    header = "| run | s/step | " + " | ".join(pair.eval_keys) + " | " + " | ".join(pair.metrics) + " |"
+    lines = [f"### {pair.title}", "", header, "|" + "---|" * (2 + len(pair.eval_keys) + len(pair.metrics))]
+    for label, path in runs.items():
+        summary = json.loads((path / "summary.json").read_text())
+        logs = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+        steps = [log for log in logs if "grad_norm" in log]
+        evals = [
+            f"{summary['before'].get(k, float('nan')):.3f} -> {summary['after'].get(k, float('nan')):.3f}"
+            for k in pair.eval_keys
+        ]
+        series = [
+            halves([s.get(k, s.get(f"rlpost/{k}")) for s in steps if {k, f"rlpost/{k}"} & s.keys()])
+            for k in pair.metrics
+        ]
+        lines.append(f"| {label} | {summary['seconds_per_step']:.1f} | " + " | ".join(evals + series) + " |")
+    lines.append("")
+    lines.append("Metrics: mean over the first half of the steps -> mean over the second half.")
+    return "\n".join(lines) + "\n"
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--only", default="or,tp,air,gepo", help="comma-separated pair names")
+    parser.add_argument("--steps", type=int, default=10)
+    args = parser.parse_args()
+    chosen = [p for p in pairs(args.steps) if p.name in args.only.split(",")]
+    report = []
+    for pair in chosen:
+        runs = {
+            pair.name: run(f"{pair.name}-{args.steps}", pair.method),
+            "grpo": run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
+        }
+        report.append(table(pair, runs))
+        print(report[-1], flush=True)
+    (ROOT / "bench" / "METHODS.md").write_text(
+        "# Named methods against GRPO at equal steps (CPU, SmolLM2-135M, seed 0)\n\n"
+        "Written by `python bench/method_experiments.py`.\n\n" + "\n".join(report)
+    )
+
+
+if __name__ == "__main__":
+    main()
