@@ -4,7 +4,8 @@ Each pair runs one method recipe and its GRPO baseline on the same seed, data an
 time (two torch processes on 2 cores slow each other several-fold), into ``runs/methods/<name>``;
 a finished run (its summary.json exists) is not run again. Then one markdown table per pair is
 printed and written to ``bench/METHODS.md``: held-out accuracy before/after and, per metric, the
-mean over the first and the second half of the steps (the trajectory the paper says should move).
+mean over the first and the second half of the steps (the trajectory the paper says should move);
+the per-step curves of each pair go to ``runs/methods/<pair>-<steps>.png``.
 
     python bench/method_experiments.py [--only or,tp] [--steps 8]
 """
@@ -18,6 +19,8 @@ import sys
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+
+from rlpost.plots import plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "methods"
@@ -88,6 +91,10 @@ def run(name: str, overrides: list[str]) -> Path:
     return out
 
 
+def read_metrics(path: Path) -> list[dict]:
+    return [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
+
+
 def halves(values: list[float]) -> str:
     if not values:
         return "-"
@@ -101,8 +108,7 @@ def table(pair: Pair, runs: dict[str, Path]) -> str:
     lines = [f"### {pair.title}", "", header, "|" + "---|" * (2 + len(pair.eval_keys) + len(pair.metrics))]
     for label, path in runs.items():
         summary = json.loads((path / "summary.json").read_text())
-        logs = [json.loads(line) for line in (path / "metrics.jsonl").read_text().splitlines()]
-        steps = [log for log in logs if "grad_norm" in log]
+        steps = [log for log in read_metrics(path) if "grad_norm" in log]
         evals = [
             f"{summary['before'].get(k, float('nan')):.3f} -> {summary['after'].get(k, float('nan')):.3f}"
             for k in pair.eval_keys
@@ -130,6 +136,12 @@ def main() -> None:
             "grpo": run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
         }
         report.append(table(pair, runs))
+        plot = plot_curves(
+            {label: read_metrics(path) for label, path in runs.items()},
+            RUNS / f"{pair.name}-{args.steps}.png",
+            keys=tuple(pair.metrics),
+        )
+        print(f"plot: {plot}", flush=True)
         print(report[-1], flush=True)
     (ROOT / "bench" / "METHODS.md").write_text(
         "# Named methods against GRPO at equal steps (CPU, SmolLM2-135M, seed 0)\n\n"
