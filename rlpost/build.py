@@ -221,6 +221,10 @@ def check_run(run: BuiltRun) -> None:
             )
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
+    for component in run.components():  # components that name reward terms or need a reference model
+        check = getattr(component, "check_run", None)
+        if callable(check):
+            check(run)
     if run.settings.eval.size > run.data.eval_size and (run.settings.eval.at_start or run.settings.eval.at_end):
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
     wandb = run.settings.logging.wandb

@@ -117,6 +117,8 @@ class RLPostTrainer(GRPOTrainer):
             rows=rows,
             extras=self._rollout_statistics(output),
         )
+        if any("token_text" in getattr(c, "requires", ()) for c in self.run.components()):
+            batch.token_text = [self._tokenizer.batch_decode([[i] for i in ids]) for ids in batch.completion_ids.tolist()]
         advantages, adv_metrics = algo.advantage(batch)
         metrics.update(adv_metrics)
 
@@ -151,13 +153,17 @@ class RLPostTrainer(GRPOTrainer):
         wanted = set()
         for component in self.run.components():
             wanted |= set(getattr(component, "requires", ()))
-        unknown = wanted - {"entropies", "logps"}
+        unknown = wanted - {"entropies", "logps", "ref_logps", "token_text"}
         if unknown:
             raise RuntimeError(f"components require unknown rollout statistics {sorted(unknown)}")
-        if not wanted:
-            return {}
-        logps, entropies = self._sampling_logps(output, compute_entropy=True)
-        stats = {"logps": logps, "entropies": entropies}
+        wanted.discard("token_text")  # not a tensor: filled into GroupBatch.token_text by seam 3
+        stats = {}
+        if wanted & {"entropies", "logps"}:
+            stats["logps"], stats["entropies"] = self._sampling_logps(output, compute_entropy=True)
+        if "ref_logps" in wanted:  # TRL computes them only when a reference model is loaded (beta > 0)
+            if output.get("ref_per_token_logps") is None:
+                raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs (kl.coef=0)")
+            stats["ref_logps"] = output["ref_per_token_logps"]
         return {key: self._gather_padded(stats[key]) for key in sorted(wanted)}
 
     def _reward_shaping(self, output: dict, metrics: dict[str, float]) -> torch.Tensor:

@@ -298,10 +298,11 @@ def test_build_reward_terms_errors():
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_conf_files_build(path):
     node = yaml.safe_load(path.read_text())
-    assert set(node) == {"terms", "combine"}
+    assert set(node) == {"defaults", "terms"}  # the combiner is the sub-group reward/combine
     funcs, names, weights = build_reward_terms(node["terms"])
     assert len(funcs) == len(names) == weights.numel() >= 1
-    assert node["combine"]["name"] in COMBINERS
+    (combine,) = [d["combine"] for d in node["defaults"] if isinstance(d, dict) and "combine" in d]
+    assert combine in COMBINERS
 
 
 def test_trl_calling_convention():
