@@ -3,8 +3,16 @@
 # advantages
 import rlpost.advantages.gepo  # noqa: F401
 import rlpost.advantages.group_norm  # noqa: F401
+import rlpost.advantages.hargo  # noqa: F401
+import rlpost.advantages.pmi_tokens  # noqa: F401
+import rlpost.advantages.routed  # noqa: F401
+import rlpost.advantages.segments  # noqa: F401
+import rlpost.advantages.tiar  # noqa: F401
 
 # combiners
+import rlpost.combine.decoupled  # noqa: F401
+import rlpost.combine.odrpo  # noqa: F401
+import rlpost.combine.rdpo  # noqa: F401
 import rlpost.combine.weighted_sum  # noqa: F401
 
 # gradient transforms
@@ -28,3 +36,4 @@ import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.ternary_abstention  # noqa: F401

@@ -1,0 +1,117 @@
+"""``odrpo``: Ordinal Decomposition for Robust Policy Optimization (seed 004 #25).
+
+A discrete score s in {min_score, ..., max_score} (e.g. a 1-10 rubric from an auto-rater) becomes
+K - 1 ordinal binary indicators, one per success threshold; each gets its own group advantage, and
+the advantages are accumulated::
+
+    b_{i,k} = 1[s_i >= k]                              k = min_score + 1, ..., max_score
+    A_{i,k} = (b_{i,k} - mean_g(b_k)) / (std_g(b_k) + eps)   per threshold (GroupNorm, "group")
+    A_i     = sum_k A_{i,k}                            ("sum"; "mean" divides by K - 1)
+
+The output is already a group-centred advantage (every A_{.,k} has group mean 0), returned as the
+"reward" of the combine step: pair it with ``algorithm/advantage=group_center`` (no std division),
+which passes it through unchanged; ``group_norm`` with ``scale: group`` would re-standardize each
+group and undo the per-threshold weighting. With a binary score (min 0, max 1) there is one
+indicator, b = s, and A is GRPO's group_norm advantage exactly.
+
+Choices where the abstract is silent:
+- Each threshold is normalized like GRPO (mean and std of its indicator in the group), the standard
+  estimator the abstract compares against; ``scale: none`` centres only (Dr. GRPO per threshold).
+  A threshold that every (or no) completion of a group passes has zero std and contributes 0: the
+  "variance-aware curriculum" (easy thresholds drop out, the ones the group straddles carry signal).
+- "Accumulating" is a plain sum (``reduce: sum``); ``mean`` keeps the scale of one threshold.
+- The score is one reward term (``term``) or, with ``term: null``, the weighted sum of all terms.
+  Scores need not be integers: 1[s >= k] is defined for any real s; below min_score passes nothing,
+  above max_score passes every threshold. A NaN score (unscorable) stays NaN.
+- Metrics: ``odrpo/score_mean``, ``odrpo/active_thresholds`` (mean number of thresholds per group
+  whose indicator varies within the group), ``odrpo/unscorable_frac``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from rlpost.combine.base import COMBINERS
+from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
+
+
+@COMBINERS.register("odrpo")
+class ODRPO:
+    """Ordinal decomposition of a discrete score: group advantages per threshold 1[s >= k], summed."""
+
+    seed = "seed 004 #25"
+
+    @dataclass(frozen=True)
+    class Config:
+        term: str | None = None  # reward term holding the discrete score; null = weighted sum of all terms
+        min_score: int = 1  # lowest score level
+        max_score: int = 10  # highest score level: thresholds min_score+1 .. max_score
+        reduce: Literal["sum", "mean"] = "sum"  # accumulate the per-threshold advantages, or average them
+        scale: Literal["group", "none"] = "group"  # per-threshold advantage: divide by the group std, or not
+        eps: float = 1e-4  # added to the std before dividing
+
+        def __post_init__(self) -> None:
+            if self.max_score <= self.min_score:
+                raise ValueError(f"max_score={self.max_score} must be larger than min_score={self.min_score}")
+            if self.reduce not in ("sum", "mean"):
+                raise ValueError(f"Unknown reduce {self.reduce!r}. Valid choices: sum, mean.")
+            if self.scale not in ("group", "none"):
+                raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, none.")
+
+    def __init__(self, cfg: Config | None = None):
+        self.cfg = cfg if cfg is not None else self.Config()
+        self.index: int | None = None  # column of cfg.term, set by bind()
+
+    def bind(self, names: list[str]) -> None:
+        if self.cfg.term is not None:
+            self.index = term_index(names, self.cfg.term, "reward.combine.term")
+
+    def check_run(self, run: Any) -> None:
+        self.bind(run.reward.names)
+
+    def score(self, reward_terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """reward_terms [N, R], weights [R] -> the discrete score [N]."""
+        if self.cfg.term is None:
+            return nan_weighted_sum(reward_terms, weights)
+        if self.index is None:
+            raise RuntimeError("odrpo: term is set but bind(names) was not called (build_run does it)")
+        return reward_terms[:, self.index].float()
+
+    def thresholds(self) -> list[int]:
+        return list(range(self.cfg.min_score + 1, self.cfg.max_score + 1))
+
+    def __call__(
+        self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """reward_terms [N, R], weights [R], G -> summed per-threshold advantages [N] (NaN = unscorable)."""
+        cfg, g = self.cfg, num_generations
+        s = self.score(reward_terms, weights)
+        nan = torch.isnan(s)
+        total = torch.zeros_like(s)
+        active = torch.zeros(s.numel() // g, device=s.device)
+        for k in self.thresholds():
+            passed = (s >= k).float().masked_fill(nan, float("nan"))  # [N]
+            total = total + group_advantage(passed, g, cfg.scale, cfg.eps).nan_to_num(0.0)
+            grouped = passed.view(-1, g)
+            hi = grouped.nan_to_num(-1.0).amax(1)
+            lo = grouped.nan_to_num(2.0).amin(1)
+            active += (hi > lo).float()  # the indicator varies within the group
+        if cfg.reduce == "mean":
+            total = total / len(self.thresholds())
+        total = total.masked_fill(nan, float("nan"))
+        metrics = {
+            "odrpo/score_mean": float(torch.nanmean(s)) if (~nan).any() else 0.0,
+            "odrpo/active_thresholds": float(active.mean()),
+            "odrpo/unscorable_frac": float(nan.float().mean()),
+        }
+        return total, metrics
+
+    def describe(self) -> str:
+        c = self.cfg
+        return (
+            f"A = {c.reduce}_k GRPO advantage of 1[s >= k], k = {c.min_score + 1}..{c.max_score}, "
+            f"s = {c.term or 'weighted sum of the terms'} (scale {c.scale})"
+        )

@@ -1,0 +1,90 @@
+"""ternary_abstention: +1 correct, 0 abstained, -1 wrong (the static ternary reward of seed 004 #7).
+
+The reward TIAR starts from (``algorithm/advantage=tiar`` re-weights its abstention value per
+group). An answer is an abstention when the answer text matches one of ``abstain_patterns``
+(case-insensitive regexes, searched anywhere); otherwise it is correct or wrong by ``match``:
+``last_number`` (math_answer's numeric check) or ``exact`` (exact_match's normalized equality).
+
+Choices where the abstract is silent:
+- Abstention wins over an answer in the same text ("I don't know, maybe 5" abstains): hedging is
+  the behaviour abstention learning rewards, and a pattern list is the only offline detector.
+- The default patterns are plain English refusals of knowledge; the values default to 1 / 0 / -1,
+  the usual ternary scheme (truthful abstention between being right and being wrong).
+- A ``None`` gold makes the sample unscorable (``None``), as in the other verifiable rewards.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+from rlpost.rewards.math_answer import gold_number, last_number
+
+ABSTAIN = [
+    r"\bI (?:do not|don't|dont) know\b",
+    r"\bI(?:'m| am) not sure\b",
+    r"\bI (?:cannot|can't|can not) (?:answer|determine|say)\b",
+    r"\bunanswerable\b",
+    r"\bnot enough information\b",
+]
+
+
+@REWARDS.register("ternary_abstention")
+class TernaryAbstention:
+    """Ternary reward: correct / abstained / wrong against a gold column (abstention learning)."""
+
+    seed = "seed 004 #7"
+
+    @dataclass(frozen=True)
+    class Config:
+        column: str = "answer"  # dataset column holding the gold answer
+        match: Literal["last_number", "exact"] = "last_number"  # how an answer is checked against the gold
+        abstain_patterns: list[str] = field(default_factory=lambda: list(ABSTAIN))  # regexes of an abstention
+        correct: float = 1.0  # reward of a correct answer
+        abstain: float = 0.0  # reward of an abstention
+        wrong: float = -1.0  # reward of a wrong answer
+        strip_think: bool = True  # score only the text after </think>
+        tolerance: float = 1e-9  # relative tolerance of the numeric comparison (last_number)
+
+        def __post_init__(self) -> None:
+            if not (self.wrong < self.abstain < self.correct):
+                raise ValueError(f"need wrong < abstain < correct, got {self.wrong}, {self.abstain}, {self.correct}")
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        try:
+            self.patterns = [re.compile(p, re.IGNORECASE) for p in cfg.abstain_patterns]
+        except re.error as err:
+            raise ParamError("abstain_patterns", f"bad regex: {err}") from None
+
+    def abstains(self, text: str) -> bool:
+        return any(p.search(text) for p in self.patterns)
+
+    def correct(self, text: str, gold: Any) -> bool | None:
+        if self.cfg.match == "exact":
+            norm = lambda s: re.sub(r"\s+", " ", s.strip().lower())  # noqa: E731
+            return norm(text) == norm(str(gold))
+        g = gold_number(gold)
+        if g is None:
+            return None
+        p = last_number(text)
+        return p is not None and abs(p - g) <= self.cfg.tolerance * max(1.0, abs(g))
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        """``completions [N]`` and the gold column ``[N]`` -> rewards ``[N]`` in {correct, abstain, wrong, None}."""
+        golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)
+        out: list[float | None] = []
+        for completion, gold in zip(completions, golds):
+            text = completion_text(completion)
+            if self.cfg.strip_think:
+                text = strip_think(text)
+            verdict = None if gold is None else self.correct(text, gold)
+            if verdict is None:
+                out.append(None)
+            elif self.abstains(text):
+                out.append(self.cfg.abstain)
+            else:
+                out.append(self.cfg.correct if verdict else self.cfg.wrong)
+        return out
