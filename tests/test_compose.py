@@ -22,6 +22,12 @@ CONF = ROOT / "conf"
 RECIPES = ROOT / "recipes"
 LIST_GROUPS = {"algorithm/regularizers"}  # groups chosen as a list: algorithm/regularizers=[entropy]
 CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only machine
+NEEDS = {  # options that name reward terms the default reward (math_answer) lacks: the reward they are made for
+    ("algorithm/advantage", "tiar"): ["reward=ternary_abstention"],
+    ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
+    ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
+    ("reward/combine", "decoupled"): ["reward=math_answer_format"],
+}
 
 
 def options() -> list[tuple[str, str]]:
@@ -51,6 +57,7 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
         ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],
         ("data", "parquet"): [f"data.path={tmp / 'rows.parquet'}"],
         ("data", "hf"): [f"data.path={tmp / 'dataset'}"],
+        **NEEDS,
     }
 
 
@@ -119,7 +126,7 @@ def test_bundle_x_loss_x_regularizers(bundle):
 @pytest.mark.parametrize("bundle", BUNDLES)
 def test_swapping_the_advantage_replaces_its_whole_node(bundle):
     for option in group_options("algorithm/advantage"):
-        cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}"])
+        cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *NEEDS.get(("algorithm/advantage", option), [])])
         assert OmegaConf.to_container(cfg.algorithm.advantage) == own_node("advantage", option), (bundle, option)
         build_run(cfg)
 
