@@ -45,9 +45,10 @@ def plot_curves(
         ax.set_title(key)
         ax.set_xlabel("step")
         ax.grid(alpha=0.3)
-    if len(runs) > 1:
-        axes[0][-1].legend(fontsize=7)
-    fig.tight_layout()
+    if len(runs) > 1:  # one legend for all panels: a panel may hold only some of the runs
+        handles = {h.get_label(): h for ax in axes[0] for h in ax.get_lines()}
+        fig.legend(handles.values(), handles.keys(), loc="upper center", ncol=min(len(handles), 6), fontsize=8)
+    fig.tight_layout(rect=(0, 0, 1, 0.88 if len(runs) > 1 else 1))
     out_file.parent.mkdir(parents=True, exist_ok=True)
     fig.savefig(out_file, dpi=110)
     plt.close(fig)
