@@ -36,4 +36,10 @@ import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.reward_model  # noqa: F401
+import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
+
+# judges
+import rlpost.judges.local  # noqa: F401
+import rlpost.judges.openai  # noqa: F401

@@ -1,0 +1,199 @@
+"""rubric: weighted criteria, each judged by the judge layer (rlpost/judges/); the reward is their
+weighted mean (METHODS.md section 3; seeds 000 #6, 004 #4, 004 #11, 004 #17, 000 #24)::
+
+    r_i = sum_{j judged} w_j s_ij / sum_{j judged} w_j        s_ij in [0, 1]: the judge's score
+
+over the criteria j whose judge call did not fail (``on_failure=skip`` leaves a criterion out;
+``None`` when every criterion failed, so the sample does not count).
+
+A rubric is YAML or JSON, from a file (``rubric``) or per item from a data column
+(``rubric_column``: the column holds a path to such a file, or the rubric text itself). Forms:
+
+- rlpost: ``{criteria: [{name, text, weight: 1.0}, ...]}`` or the bare list; ``text`` states the
+  good behaviour ("The final answer equals the reference answer"), so a judge's "Yes" means good.
+- WritingBench checklist: ``[{name, criteria_description, "1-2": ..., "3-4": ..., ...}]`` (their
+  data stores it as a Python literal string; it is read with ``ast.literal_eval``); each item has
+  weight 1 (WritingBench averages its criteria) and its score bands go into ``scale`` prompts.
+
+Choices where the seeds are silent: one judge prompt per (completion, criterion), so criteria
+cannot bias one another and the cache hits per criterion; the judge sees the prompt's last user
+message, the completion with its reasoning trace stripped (``strip_think``) and truncated to
+``max_response_chars``, and, when ``reference_column`` is set, the gold answer labelled as the
+reference (the rubric may then ask for agreement with it). Judge counters are logged per batch as
+``rubric/judge_calls``, ``rubric/judge_failures`` and ``rubric/judge_cache_hits``, and each
+criterion's batch mean as ``rubric/<name>`` (criteria of per-item rubrics are not logged by name).
+"""
+
+from __future__ import annotations
+
+import ast
+import json
+import os
+from dataclasses import dataclass, field
+from typing import Any
+
+import yaml
+
+from rlpost.errors import ConfigError
+from rlpost.judges.base import ANSWER_FORMAT, build_judge
+from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+
+DEFAULT_TEMPLATE = (
+    "You are grading a response to a task against one criterion.\n\n"
+    "Task: {question}\n\n{reference}Response: {response}\n\n"
+    "Criterion: {criterion}\n\nDoes the response meet the criterion? {answer_format}"
+)
+BAND_KEYS = ("1-2", "3-4", "5-6", "7-8", "9-10")
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    text: str
+    weight: float = 1.0
+    bands: tuple[tuple[str, str], ...] = ()  # WritingBench score bands, shown in scale prompts
+
+
+def parse_rubric(source: Any, where: str = "rubric") -> list[Criterion]:
+    """A rubric (file path, YAML/JSON/Python-literal text, dict or list) -> criteria [J]."""
+    if isinstance(source, str):
+        from rlpost.data import resolve_data_path
+
+        path = resolve_data_path(source)
+        if source.strip().endswith((".yaml", ".yml", ".json")) or os.path.isfile(path):
+            if not os.path.isfile(path):
+                raise ValueError(f"{where}: no such rubric file {source!r}")
+            with open(path, encoding="utf-8") as handle:
+                source = handle.read()
+        source = _load_text(source, where)
+    if isinstance(source, dict):
+        source = source.get("criteria", source.get("checklist"))
+    if not isinstance(source, list) or not source:
+        raise ValueError(f"{where}: a rubric needs a non-empty list of criteria (or {{criteria: [...]}})")
+    return [_criterion(item, f"{where} criterion {j}") for j, item in enumerate(source)]
+
+
+def _load_text(text: str, where: str) -> Any:
+    try:
+        return yaml.safe_load(text)  # YAML is a superset of JSON
+    except yaml.YAMLError:
+        pass
+    try:
+        return ast.literal_eval(text)  # WritingBench stores checklists as Python literals
+    except (ValueError, SyntaxError):
+        raise ValueError(f"{where}: not YAML, JSON or a Python literal: {text[:60]!r}") from None
+
+
+def _criterion(item: Any, where: str) -> Criterion:
+    if isinstance(item, str):
+        return Criterion(name=item[:40], text=item)
+    if not isinstance(item, dict):
+        raise ValueError(f"{where}: expected a mapping or a string, got {item!r}")
+    text = item.get("text") or item.get("criteria_description") or item.get("question")
+    if not text:
+        raise ValueError(f"{where}: needs `text` (or WritingBench's `criteria_description`)")
+    if "criteria_description" in item and item.get("name"):
+        text = f"{item['name']}: {text}"
+    weight = float(item.get("weight", 1.0))
+    if weight < 0:
+        raise ValueError(f"{where}: weight must be >= 0, got {weight}")
+    bands = tuple((k, str(item[k])) for k in BAND_KEYS if k in item)
+    return Criterion(name=str(item.get("name") or text[:40]), text=str(text), weight=weight, bands=bands)
+
+
+def prompt_text(prompt: Any) -> str:
+    """The last user message of a conversational prompt, or the prompt string."""
+    if isinstance(prompt, list):
+        users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+        return users[-1] if users else ""
+    return str(prompt)
+
+
+@REWARDS.register("rubric")
+class Rubric:
+    """Weighted mean of per-criterion judge scores from a rubric file or a per-item rubric column."""
+
+    seed = "seed 000 #6, 004 #4, 004 #11, 004 #17"
+
+    @dataclass(frozen=True)
+    class Config:
+        rubric: str | None = "recipes/data/rubrics/arithmetic.yaml"  # rubric file (YAML/JSON)
+        rubric_column: str | None = None  # data column with a per-item rubric (path or text); overrides `rubric`
+        judge: dict[str, Any] = field(default_factory=lambda: {"backend": "local"})  # judge backend and its Config
+        reference_column: str | None = "answer"  # gold column shown to the judge as the reference (null: none)
+        template: str = DEFAULT_TEMPLATE  # judge prompt; {question} {reference} {response} {criterion} {answer_format}
+        strip_think: bool = True  # judge only the text after </think>
+        max_response_chars: int = 2000  # longer responses are cut to this many characters
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        if cfg.rubric is None and cfg.rubric_column is None:
+            raise ParamError("rubric", "set a rubric file, or rubric_column for per-item rubrics")
+        try:
+            self.default = parse_rubric(cfg.rubric) if cfg.rubric else None
+        except ValueError as err:
+            raise ParamError("rubric", str(err)) from None
+        for key in ("question", "response", "criterion", "answer_format"):
+            if "{" + key + "}" not in cfg.template:
+                raise ParamError("template", f"must contain {{{key}}}")
+        try:
+            self.judge = build_judge(cfg.judge, "")
+        except ConfigError as err:  # name the key: reward.terms[i].params.judge: ...
+            raise ParamError("judge", str(err).lstrip(": ")) from None
+        self._parsed: dict[str, list[Criterion]] = {}
+
+    def rubric_for(self, value: Any) -> list[Criterion]:
+        if value is None or value == "":
+            if self.default is None:
+                raise ValueError(f"reward 'rubric': row has no rubric in column {self.cfg.rubric_column!r}")
+            return self.default
+        key = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+        if key not in self._parsed:
+            self._parsed[key] = parse_rubric(value, f"column {self.cfg.rubric_column!r}")
+        return self._parsed[key]
+
+    def judge_prompt(self, question: str, response: str, criterion: Criterion, reference: Any) -> str:
+        text = criterion.text
+        if self.judge.mode == "scale" and criterion.bands:
+            text += "".join(f"\n  score {k}: {v}" for k, v in criterion.bands)
+        ref = f"Reference answer (known to be correct): {reference}\n\n" if reference is not None else ""
+        response = response[: self.cfg.max_response_chars]
+        return self.cfg.template.format(
+            question=question, reference=ref, response=response, criterion=text, answer_format=ANSWER_FORMAT[self.judge.mode]
+        )
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        """``completions [N]`` -> weighted mean judge score ``[N]`` in [0, 1] (None: no criterion judged)."""
+        n, cfg = len(completions), self.cfg
+        rubrics = column(kwargs, cfg.rubric_column, n, "rubric") if cfg.rubric_column else [None] * n
+        refs = column(kwargs, cfg.reference_column, n, "rubric") if cfg.reference_column else [None] * n
+        jobs: list[tuple[int, Criterion]] = []
+        judge_prompts: list[str] = []
+        for i, completion in enumerate(completions):
+            response = completion_text(completion)
+            response = strip_think(response) if cfg.strip_think else response
+            for criterion in self.rubric_for(rubrics[i]):
+                jobs.append((i, criterion))
+                judge_prompts.append(self.judge_prompt(prompt_text(prompts[i]), response, criterion, refs[i]))
+        before = dict(self.judge.stats)
+        scores = self.judge.score(judge_prompts)
+        total, weight = [0.0] * n, [0.0] * n
+        by_name: dict[str, list[float]] = {}
+        for (i, criterion), s in zip(jobs, scores):
+            if s is None:
+                continue
+            total[i] += criterion.weight * s
+            weight[i] += criterion.weight
+            by_name.setdefault(criterion.name, []).append(s)
+        self._log(kwargs, before, by_name)
+        return [t / w if w > 0 else None for t, w in zip(total, weight)]
+
+    def _log(self, kwargs: dict, before: dict[str, int], by_name: dict[str, list[float]]) -> None:
+        log = kwargs.get("log_metric")
+        if not callable(log):
+            return
+        for key in ("calls", "failures", "cache_hits"):
+            log(f"rubric/judge_{key}", float(self.judge.stats[key] - before[key]))
+        if self.default is not None and not self.cfg.rubric_column:
+            for name, values in by_name.items():
+                log(f"rubric/{name}", sum(values) / len(values))
