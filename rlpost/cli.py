@@ -25,6 +25,7 @@ commands:
   show    the composed config and a plain-language explanation of the run
   list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
+  train-rm  a Bradley-Terry reward model from preference pairs: rlpost train-rm [model=...] [data.train=pairs.jsonl]
 """
 
 
@@ -210,11 +211,18 @@ def cmd_subspace(args: list[str]) -> int:
     return subspace_main(args)
 
 
+def cmd_train_rm(args: list[str]) -> int:
+    from rlpost.reward_model.train import main as train_rm_main
+
+    return train_rm_main(args)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": cmd_train,
     "show": cmd_show,
     "list": cmd_list,
     "subspace": cmd_subspace,
+    "train-rm": cmd_train_rm,
 }
 
 

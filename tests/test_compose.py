@@ -52,7 +52,11 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
     (tmp / "rows.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
     (tmp / "rows.parquet").write_bytes(b"")  # only its existence is checked before loading
     (tmp / "dataset").mkdir()
+    (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
+    (tmp / "rm" / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}')
     return {
+        ("reward", "reward_model"): [f"reward.terms.0.params.path={tmp / 'rm'}"],
+        ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("model", "hf"): [f"model.path={tmp / 'model'}"],
         ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],
         ("data", "parquet"): [f"data.path={tmp / 'rows.parquet'}"],
@@ -140,8 +144,8 @@ def test_bundles_do_not_patch_sub_nodes():
 
 
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES.glob("*.yaml")))
-def test_every_recipe_composes_and_builds(recipe):
-    cfg = compose([f"recipe={recipe}"])
+def test_every_recipe_composes_and_builds(recipe, required):
+    cfg = compose([f"recipe={recipe}", *required.get(("recipe", recipe), [])])
     build_run(cfg)
     assert (RECIPES / f"{recipe}.yaml").read_text().startswith("# @package _global_")
 

@@ -27,6 +27,7 @@ from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
 
 FIELDS = ("prompt", "chosen", "rejected")
+RM_META = "rlpost_reward_model.json"  # train-rm writes it into the model folder; the reward term reads it
 
 
 @dataclass(frozen=True)

@@ -1,0 +1,280 @@
+"""``rlpost train-rm``: a Bradley-Terry reward model from preference pairs (TRL's RewardTrainer).
+
+    rlpost train-rm [model=smollm2-135m] [data.train=pairs.jsonl data.heldout=heldout.jsonl] [train.epochs=2]
+
+Its own Hydra app on ``conf/train_rm.yaml``, sharing the ``model`` group with ``rlpost train``. The
+model's weights load into ``AutoModelForSequenceClassification`` with ``num_labels=1`` (a fresh
+linear ``score`` head on the last non-pad token; a causal LM's ``lm_head`` is dropped) and are
+trained with ``-log sigmoid(r_chosen - r_rejected)`` (TRL 1.16's ``RewardTrainer.compute_loss``).
+The run directory gets ``model/`` (safetensors, tokenizer, ``rlpost_reward_model.json``: how to
+render inputs and the held-out score mean/std), ``summary.json`` (held-out pairwise accuracy, loss
+and margin before and after), ``metrics.jsonl`` and ``config.yaml``.
+
+Choices where the brief was silent:
+- Pairs are tokenized here (``pairs.render``/``encode``) and handed to RewardTrainer as
+  ``chosen_ids``/``rejected_ids``, so its own EOS/truncation logic never runs and the reward term
+  renders completions the same way. The pad token is the EOS when the tokenizer has none.
+- Full fine-tuning only (``model.lora.enabled=true`` is refused: the saved folder must load with
+  plain transformers); ``train.steps`` (when set) overrides ``train.epochs``.
+- The score head is seeded with ``seed`` (set before the model loads, as TRL does).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpost.errors import ConfigError
+from rlpost.models import ModelConfig
+from rlpost.reward_model.pairs import RM_META, Pair, encode, pairwise_metrics, read_pairs, render
+
+
+@dataclass(frozen=True)
+class PreferenceData:
+    train: str = "recipes/data/arith_preferences.jsonl"
+    heldout: str = "recipes/data/arith_preferences_heldout.jsonl"
+    conversational: bool = True
+    max_length: int = 256
+
+
+@dataclass(frozen=True)
+class RMTrain:
+    epochs: float = 1.0
+    steps: int | None = None
+    batch_size: int = 8
+    learning_rate: float = 1e-5
+    lr_scheduler: str = "linear"
+    warmup_ratio: float = 0.0
+    weight_decay: float = 0.0
+    max_grad_norm: float = 1.0
+    center_rewards: float | None = None
+    eval_batch_size: int = 32
+
+
+@dataclass(frozen=True)
+class RMSettings:
+    model: ModelConfig = field(default_factory=ModelConfig)
+    data: PreferenceData = field(default_factory=PreferenceData)
+    train: RMTrain = field(default_factory=RMTrain)
+    seed: int = 0
+    progress: bool = True
+
+
+def build_settings(cfg: Any) -> RMSettings:
+    """Validate the composed train-rm config; no model loads. Raises ConfigError."""
+    from omegaconf import DictConfig, OmegaConf
+
+    from rlpost.build import _check_hf_path, _smollm2_gguf
+    from rlpost.data import resolve_data_path
+    from rlpost.schema import build_config, to_container
+
+    if isinstance(cfg, DictConfig):
+        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
+        if missing:
+            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
+    raw = dict(to_container(cfg))
+    raw.pop("hydra", None)
+    settings = build_config(RMSettings, raw, "")
+    if settings.model.lora.enabled:
+        raise ConfigError("train-rm does full fine-tuning; model.lora.enabled=true is not supported here.")
+    for key, path in (("data.train", settings.data.train), ("data.heldout", settings.data.heldout)):
+        if not os.path.isfile(resolve_data_path(path)):
+            raise ConfigError(f"{key}={path!r}: no such file (a jsonl of prompt/chosen/rejected rows).")
+    train = settings.train
+    for key, value in (("train.batch_size", train.batch_size), ("train.eval_batch_size", train.eval_batch_size)):
+        if value < 1:
+            raise ConfigError(f"{key}={value} must be at least 1.")
+    if train.steps is not None and train.steps < 1:
+        raise ConfigError(f"train.steps={train.steps} must be at least 1 (or null to use train.epochs).")
+    if train.steps is None and train.epochs <= 0:
+        raise ConfigError(f"train.epochs={train.epochs} must be > 0.")
+    if settings.data.max_length < 8:
+        raise ConfigError(f"data.max_length={settings.data.max_length} must be at least 8 tokens.")
+    if settings.model.source == "hf":
+        _check_hf_path(settings.model.path)
+    elif settings.model.source == "smollm2":
+        _smollm2_gguf()
+    return settings
+
+
+def load_pairs(settings: RMSettings) -> tuple[list[Pair], list[Pair]]:
+    from rlpost.data import resolve_data_path
+
+    return read_pairs(resolve_data_path(settings.data.train)), read_pairs(resolve_data_path(settings.data.heldout))
+
+
+def load_classifier(cfg: ModelConfig):
+    """(model, tokenizer): the model config's weights under a 1-label sequence classifier, pad set."""
+    import torch
+    from transformers import AutoModelForSequenceClassification
+    from transformers.utils import logging as hf_logging
+
+    from rlpost.models import _from_pretrained, load_tokenizer
+
+    tokenizer = load_tokenizer(cfg)
+    verbosity = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()  # "score.weight newly initialized" is the point here
+    try:
+        model = _from_pretrained(
+            AutoModelForSequenceClassification.from_pretrained, cfg, num_labels=1, dtype=getattr(torch, cfg.dtype)
+        )
+    finally:
+        hf_logging.set_verbosity(verbosity)
+    model.config.pad_token_id = tokenizer.pad_token_id
+    return model, tokenizer
+
+
+def train_rm(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
+    """Train one reward model described by the composed config; returns the summary."""
+    from datasets import Dataset
+    from transformers import PrinterCallback, set_seed
+    from trl import RewardConfig, RewardTrainer
+
+    from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
+    from rlpost.rundir import RunDirectory
+
+    settings = build_settings(cfg)
+    train_pairs, heldout = load_pairs(settings)  # file:line errors before anything is written
+    rundir = RunDirectory(run_dir)
+    rundir.write_config(cfg, overrides or [])
+    set_seed(settings.seed)
+    model, tokenizer = load_classifier(settings.model)
+    data, train = settings.data, settings.train
+
+    def metrics() -> dict[str, float]:
+        return pairwise_metrics(model, tokenizer, heldout, data.conversational, data.max_length, train.eval_batch_size)
+
+    before = metrics()
+    texts = [render(tokenizer, p.prompt, c, data.conversational) for p in train_pairs for c in (p.chosen, p.rejected)]
+    ids = encode(tokenizer, texts, data.max_length)
+    dataset = Dataset.from_dict({"chosen_ids": ids[0::2], "rejected_ids": ids[1::2]})
+    args = RewardConfig(
+        output_dir=str(rundir.checkpoints),
+        per_device_train_batch_size=train.batch_size,
+        num_train_epochs=train.epochs,
+        max_steps=train.steps if train.steps is not None else -1,
+        learning_rate=train.learning_rate,
+        lr_scheduler_type=train.lr_scheduler,
+        warmup_steps=train.warmup_ratio,  # a float < 1 is a ratio of the total steps (transformers 5)
+        weight_decay=train.weight_decay,
+        max_grad_norm=train.max_grad_norm,
+        center_rewards_coefficient=train.center_rewards,
+        max_length=None,  # encode() already kept the last data.max_length tokens
+        logging_steps=1,
+        save_strategy="no",
+        report_to=[],
+        seed=settings.seed,
+        disable_tqdm=True,
+        bf16=False,
+    )
+    callbacks = [MetricsFileCallback(rundir)] + ([RichProgressCallback()] if settings.progress else [])
+    trainer = RewardTrainer(
+        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
+    )
+    trainer.remove_callback(PrinterCallback)
+    started = time.perf_counter()
+    trainer.train()
+    seconds = time.perf_counter() - started
+    model = trainer.model
+    after = metrics()
+
+    folder = rundir.path / "model"
+    model.save_pretrained(folder, safe_serialization=True)
+    tokenizer.save_pretrained(folder)
+    meta = {
+        "conversational": data.conversational,
+        "max_length": data.max_length,
+        "score_mean": after["score_mean"],
+        "score_std": after["score_std"],
+    }
+    (folder / RM_META).write_text(json.dumps(meta, indent=2) + "\n")
+    summary = {
+        "run_dir": str(rundir.path),
+        "model_dir": str(folder),
+        "model": settings.model.display_name,
+        "train_pairs": len(train_pairs),
+        "steps": trainer.state.global_step,
+        "train_seconds": round(seconds, 2),
+        "seconds_per_step": round(seconds / max(trainer.state.global_step, 1), 3),
+        "before": before,
+        "after": after,
+    }
+    rundir.write_summary(summary)
+    return summary
+
+
+CONFIG_NAME = "train_rm"
+
+
+def compose_rm(overrides: list[str]):
+    """Compose conf/train_rm.yaml with overrides (no run directory)."""
+    from hydra import compose, initialize_config_dir
+
+    from rlpost.cli import CONF_DIR
+
+    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+        return compose(config_name=CONFIG_NAME, overrides=overrides)
+
+
+def validate(job: list[str]) -> None:
+    """Compose and check one job; Hydra's "Could not override 'train.epochz'" is retried as an
+    append (``+train.epochz=...``) so the schema names the unknown key and the valid ones."""
+    import re
+
+    from hydra.errors import HydraException
+
+    try:
+        load_pairs(build_settings(compose_rm(job)))
+    except HydraException as err:
+        match = re.match(r"Could not override '([^'/]+)'", str(err))
+        if not match:
+            raise
+        appended = [f"+{o}" if o.split("=", 1)[0] == match.group(1) else o for o in job]
+        build_settings(compose_rm(appended))  # raises the schema's message
+        raise
+
+
+def main(args: list[str]) -> int:
+    """The ``rlpost train-rm`` subcommand: validate every job, then hand over to Hydra."""
+    import hydra
+    from hydra.errors import HydraException
+    from omegaconf.errors import OmegaConfBaseException
+
+    from rlpost.cli import CONF_DIR, HYDRA_INFO_FLAGS, expand_sweep, fail, hydra_message
+
+    multirun = "-m" in args or "--multirun" in args
+    if not HYDRA_INFO_FLAGS.intersection(args):
+        overrides = [a for a in args if not a.startswith("-")]
+        try:
+            for job in expand_sweep(overrides) if multirun else [overrides]:
+                validate(job)
+        except (HydraException, OmegaConfBaseException) as err:
+            return fail(hydra_message(err))
+        except ConfigError as err:
+            return fail(str(err))
+    sys.argv = ["rlpost train-rm", *args]
+    hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=None)(_job)()
+    return 0
+
+
+def _job(cfg) -> float:
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlpost.cli import fail
+
+    hydra_cfg = HydraConfig.get()
+    try:
+        summary = train_rm(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
+    except ConfigError as err:
+        sys.exit(fail(str(err)))
+    before, after = summary["before"], summary["after"]
+    print(f"run directory: {summary['run_dir']}")
+    print(f"  reward model:   {summary['model_dir']}")
+    for key in ("accuracy", "loss", "margin"):
+        print(f"  heldout/{key:<8} {before[key]:.3f} -> {after[key]:.3f}")
+    print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
+    return after["accuracy"]

@@ -1,0 +1,133 @@
+"""reward_model: the scalar of a trained sequence classifier (``rlpost train-rm``) on prompt + completion.
+
+The "reward model" reward of METHODS.md section 3 (issue 9). ``path`` is a folder that loads with
+``AutoModelForSequenceClassification`` and has one label; ``rlpost train-rm`` writes one to
+``<run>/model/``. It is checked when the reward is built (folder, ``config.json``, a
+``*ForSequenceClassification`` architecture, ``num_labels == 1``), so a bad path is a
+``ConfigError`` before any model loads; the weights load on the first call, on the policy's device
+(accelerate's ``PartialState().device``: the process's GPU, else the CPU), in eval mode, no grad.
+
+Choices where nothing dictated one:
+- Inputs are rendered with ``rlpost.reward_model.pairs.render``, as in training: the chat template
+  when the folder's ``rlpost_reward_model.json`` says ``conversational`` (a folder without it:
+  the ``conversational`` param, default true); the last ``max_length`` tokens are kept.
+- ``normalize``: ``none`` (raw scores), ``batch`` ((r - mean) / std over the N completions this
+  process scores at once, population std, eps 1e-6: with several processes each normalizes its own
+  share), ``heldout`` ((r - mean) / std of the RM's held-out scores, stored by train-rm; fixed over
+  the run, so rewards stay comparable between steps).
+- The model is dropped when the reward is pickled (TRL's rollout workers) and reloads lazily there.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+import torch
+
+from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
+from rlpost.rewards.base import REWARDS, ParamError
+
+
+def check_classifier_folder(path: str) -> tuple[str, dict]:
+    """The resolved folder and its rlpost metadata ({} when absent); ParamError on the ``path`` key."""
+    from rlpost.data import resolve_data_path
+
+    folder = resolve_data_path(os.path.expanduser(path))
+    hint = "train one with `rlpost train-rm` (it writes <run dir>/model/)"
+    if not os.path.isdir(folder):
+        raise ParamError("path", f"{path!r}: no such folder; {hint}.")
+    config_file = os.path.join(folder, "config.json")
+    if not os.path.isfile(config_file):
+        raise ParamError("path", f"{path!r} has no config.json, so it is not a model folder; {hint}.")
+    with open(config_file, encoding="utf-8") as handle:
+        config = json.load(handle)
+    architectures = config.get("architectures") or []
+    if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
+        raise ParamError(
+            "path",
+            f"{path!r} is not a sequence classifier (architectures: {', '.join(architectures) or 'none'}); "
+            f"a reward model is an *ForSequenceClassification with one label; {hint}.",
+        )
+    num_labels = len(config["id2label"]) if config.get("id2label") else config.get("num_labels", 2)
+    if num_labels != 1:
+        raise ParamError("path", f"{path!r} has num_labels={num_labels}; a reward model outputs one scalar (1).")
+    meta_file = os.path.join(folder, RM_META)
+    meta = json.loads(open(meta_file, encoding="utf-8").read()) if os.path.isfile(meta_file) else {}
+    return folder, meta
+
+
+@REWARDS.register("reward_model")
+class RewardModel:
+    """A trained sequence classifier's scalar score of prompt + completion (batched, no grad)."""
+
+    @dataclass(frozen=True)
+    class Config:
+        path: str  # folder of a 1-label sequence classifier (rlpost train-rm writes <run>/model)
+        batch_size: int = 16  # sequences per forward
+        normalize: Literal["none", "batch", "heldout"] = "none"
+        max_length: int | None = None  # keep the last N tokens; null = the folder's training value (else 512)
+        conversational: bool = True  # chat-template rendering, used only when the folder does not record it
+        dtype: Literal["float32", "bfloat16", "float16"] = "float32"
+
+        def __post_init__(self) -> None:
+            if self.batch_size < 1:
+                raise ValueError(f"batch_size={self.batch_size} must be at least 1")
+            if self.max_length is not None and self.max_length < 8:
+                raise ValueError(f"max_length={self.max_length} must be at least 8 tokens")
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.folder, meta = check_classifier_folder(cfg.path)
+        self.conversational = bool(meta.get("conversational", cfg.conversational))
+        self.max_length = cfg.max_length or int(meta.get("max_length", 512))
+        if cfg.normalize == "heldout" and not meta.get("score_std"):
+            raise ParamError(
+                "normalize",
+                f"'heldout' needs the held-out score mean/std that rlpost train-rm writes to {RM_META}; "
+                f"{cfg.path!r} has none. Use normalize=batch or none.",
+            )
+        self.mean, self.std = float(meta.get("score_mean", 0.0)), float(meta.get("score_std", 1.0))
+        self._model = None
+        self._tokenizer = None
+
+    def __getstate__(self) -> dict:
+        return {**self.__dict__, "_model": None, "_tokenizer": None}
+
+    def load(self):
+        """(model, tokenizer), loaded once on the policy's device."""
+        if self._model is None:
+            from accelerate import PartialState
+            from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+            tokenizer = AutoTokenizer.from_pretrained(self.folder)
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            model = AutoModelForSequenceClassification.from_pretrained(
+                self.folder, dtype=getattr(torch, self.cfg.dtype)
+            )
+            model.config.pad_token_id = tokenizer.pad_token_id
+            self._model = model.to(PartialState().device).eval().requires_grad_(False)
+            self._tokenizer = tokenizer
+        return self._model, self._tokenizer
+
+    def scores(self, prompts: list, completions: list) -> torch.Tensor:
+        """Raw classifier scores ``[N]`` (float32, CPU) of each prompt + completion."""
+        model, tokenizer = self.load()
+        texts = [render(tokenizer, p, c, self.conversational) for p, c in zip(prompts, completions)]
+        ids = encode(tokenizer, texts, self.max_length)
+        return score_ids(model, ids, tokenizer.pad_token_id, self.cfg.batch_size)
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+        """``prompts [N]``, ``completions [N]`` -> rewards ``[N]`` (normalized per ``normalize``)."""
+        r = self.scores(prompts, completions)
+        if self.cfg.normalize == "batch":
+            r = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
+        elif self.cfg.normalize == "heldout":
+            r = (r - self.mean) / self.std
+        return r.tolist()
+
+
+__all__ = ["RewardModel", "check_classifier_folder"]
