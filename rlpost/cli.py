@@ -189,6 +189,7 @@ def cmd_show(args: list[str]) -> int:
 
 def cmd_list(args: list[str]) -> int:
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     from rlpost.listing import REGISTRIES, rows
@@ -200,7 +201,7 @@ def cmd_list(args: list[str]) -> int:
         return fail(f"Unknown component kind {args[0]!r}.{hint} Valid kinds: {', '.join(kinds)}.")
     table = Table("kind", "name", "description", "seed")
     for row in rows(args[0] if args else None):
-        table.add_row(*row)
+        table.add_row(*(escape(cell) for cell in row))  # descriptions hold brackets such as 1[s >= k]
     Console().print(table)
     return 0
 
