@@ -97,7 +97,7 @@ def parse_yes_no(text: str) -> float | None:
 
 def parse_scale(text: str) -> float | None:
     """``(s - 1) / 9`` for the first integer s of the reply when 1 <= s <= 10, else None."""
-    found = re.search(r"(?<![\d.])(\d+)(?![\d])", text or "")
+    found = re.search(r"(?<![\d.])(\d+)(?!\.?\d)", text or "")
     if not found or not 1 <= int(found.group(1)) <= 10:
         return None
     return (int(found.group(1)) - 1) / 9

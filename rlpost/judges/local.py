@@ -91,7 +91,10 @@ class LocalJudge(JudgeBase):
 
     def _encode(self, prompts: list[str]) -> Any:
         tok = self._tokenizer
-        texts = [tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True) for p in prompts]
+        texts = [
+            tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
         return tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._model.device)
 
     def _batch(self, prompts: list[str]) -> list[float | Exception]:
@@ -105,7 +108,10 @@ class LocalJudge(JudgeBase):
                 margin = logits[:, self.yes_id] - logits[:, self.no_id]  # [b]
                 return torch.sigmoid(margin).tolist()
             ids = self._model.generate(
-                **inputs, max_new_tokens=self.cfg.max_new_tokens, do_sample=False, pad_token_id=self._tokenizer.pad_token_id
+                **inputs,
+                max_new_tokens=self.cfg.max_new_tokens,
+                do_sample=False,
+                pad_token_id=self._tokenizer.pad_token_id,
             )
         replies = self._tokenizer.batch_decode(ids[:, inputs["input_ids"].size(1) :], skip_special_tokens=True)
         scores: list[float | Exception] = []

@@ -159,7 +159,11 @@ class Rubric:
         ref = f"Reference answer (known to be correct): {reference}\n\n" if reference is not None else ""
         response = response[: self.cfg.max_response_chars]
         return self.cfg.template.format(
-            question=question, reference=ref, response=response, criterion=text, answer_format=ANSWER_FORMAT[self.judge.mode]
+            question=question,
+            reference=ref,
+            response=response,
+            criterion=text,
+            answer_format=ANSWER_FORMAT[self.judge.mode],
         )
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
