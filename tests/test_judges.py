@@ -54,7 +54,13 @@ class Endpoint(BaseHTTPRequestHandler):
             return self._send(200, b"<html>not json</html>")
         if behaviour == "forbidden":
             return self._send(401, b'{"error": "bad key"}')
-        reply = {"malformed": "Maybe, it depends.", "scale": "Score: 7/10"}.get(behaviour)
+        if behaviour == "keyword":  # Yes iff the criterion's last word occurs in the response
+            response = prompt.split("Response: ", 1)[1].split("\n\nCriterion: ")[0]
+            criterion = prompt.split("Criterion: ", 1)[1].split("\n")[0]
+            word = criterion.rstrip(".").split()[-1]
+            reply = "Maybe" if word == "unclear" else ("Yes" if word in response else "No")
+        else:
+            reply = {"malformed": "Maybe, it depends.", "scale": "Score: 7/10"}.get(behaviour)
         if reply is None:
             reply = "Yes." if "good" in prompt else "no"
         choice = {"message": {"role": "assistant", "content": reply}}
