@@ -19,6 +19,10 @@ import rlpost.combine.weighted_sum  # noqa: F401
 import rlpost.grad.direction_monitor  # noqa: F401
 import rlpost.grad.trusted_projection  # noqa: F401
 
+# judges
+import rlpost.judges.local  # noqa: F401
+import rlpost.judges.openai  # noqa: F401
+
 # policy losses
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
@@ -36,10 +40,7 @@ import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.overlap  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
-
-# judges
-import rlpost.judges.local  # noqa: F401
-import rlpost.judges.openai  # noqa: F401

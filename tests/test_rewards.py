@@ -11,6 +11,7 @@ import torch
 import yaml
 
 import rlpost.combine.weighted_sum  # noqa: F401  (registers)
+import rlpost.components  # noqa: F401  (every reward, so the conf files build in any test order)
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
