@@ -46,6 +46,12 @@ class ParamError(ConfigError):
         self.message = message
 
 
+def answer_text(completion: Any, strip: bool) -> str:
+    """The text a reward scores: the completion's assistant text, after ``</think>`` when ``strip``."""
+    text = completion_text(completion)
+    return strip_think(text) if strip else text
+
+
 def strip_think(text: str) -> str:
     """Drop a ``<think>...</think>`` reasoning trace, keeping what follows the last ``</think>``.
 

@@ -22,7 +22,7 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, answer_text, column
 
 
 @REWARDS.register("choice_or_text")
@@ -82,9 +82,7 @@ class ChoiceOrText:
             if gold is None:
                 rewards.append(None)
                 continue
-            text = completion_text(completion)
-            if cfg.strip_think:
-                text = strip_think(text)
+            text = answer_text(completion, cfg.strip_think)
             if variant == cfg.anchor_value:
                 rewards.append(float(self.letter(text) == str(gold).strip().upper()))
             elif variant == cfg.open_value:

@@ -14,7 +14,7 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlpost.rewards.base import REWARDS, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, answer_text, column
 
 
 @REWARDS.register("exact_match")
@@ -47,8 +47,6 @@ class ExactMatch:
             if gold is None:
                 rewards.append(None)
                 continue
-            text = completion_text(completion)
-            if self.cfg.strip_think:
-                text = strip_think(text)
+            text = answer_text(completion, self.cfg.strip_think)
             rewards.append(float(self.normalize(text) == self.normalize(str(gold))))
         return rewards

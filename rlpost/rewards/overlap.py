@@ -21,11 +21,12 @@ from __future__ import annotations
 
 import re
 import string
+from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
 from typing import Any
 
-from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 
 
 def answers_and_references(reward: Any, completions: list, kwargs: dict) -> list[tuple[str, list[str]] | None]:
@@ -36,9 +37,7 @@ def answers_and_references(reward: Any, completions: list, kwargs: dict) -> list
         if ref is None:
             out.append(None)
             continue
-        text = completion_text(completion)
-        if reward.cfg.strip_think:
-            text = strip_think(text)
+        text = answer_text(completion, reward.cfg.strip_think)
         out.append((text.strip(), [str(r) for r in ref] if isinstance(ref, (list, tuple)) else [str(ref)]))
     return out
 
@@ -85,15 +84,16 @@ class TokenF1:
         ]
 
 
-class SacreBleuReward:
+class SacreBleuReward(ABC):
     """Shared body of chrf and bleu: a sacrebleu sentence metric / 100 per completion."""
 
     seed = "seed 000 #25, seed 000 #26"
     cfg: Any
     registry_name: str
 
+    @abstractmethod
     def metric(self) -> Any:
-        raise NotImplementedError
+        """The configured sacrebleu metric object (``sentence_score(hyp, refs)``)."""
 
     def __init__(self, cfg: Any):
         self.cfg = cfg

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.math_answer import gold_number, last_number
 
 ABSTAIN = [
@@ -77,9 +77,7 @@ class TernaryAbstention:
         golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)
         out: list[float | None] = []
         for completion, gold in zip(completions, golds):
-            text = completion_text(completion)
-            if self.cfg.strip_think:
-                text = strip_think(text)
+            text = answer_text(completion, self.cfg.strip_think)
             verdict = None if gold is None else self.correct(text, gold)
             if verdict is None:
                 out.append(None)
