@@ -81,6 +81,12 @@ class RLPostTrainer(GRPOTrainer):
     def _generate(self, prompts: list):
         out = super()._generate(prompts)
         completion_ids, completions = out[1], out[3]
+        if any("logprob" in getattr(f, "rollout_fields", ()) for f in self.reward_funcs):
+            # rewards that read generation confidence get the column rlpost_logprob (TRL merges extra_fields
+            # into the reward inputs): each completion's mean token log-prob under the rollout policy
+            extra = dict(out[5] or {})
+            extra["rlpost_logprob"] = self._mean_rollout_logprobs(out[0], completion_ids, out[4])
+            out = (*out[:5], extra, *out[6:])
         eos_and_pad = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         self._rollout = RolloutInfo(
             prompts=prompts,
@@ -90,8 +96,31 @@ class RLPostTrainer(GRPOTrainer):
         )
         return out
 
+    @torch.no_grad()
+    def _mean_rollout_logprobs(self, prompt_ids: list, completion_ids: list, sampled: list | None) -> list[float]:
+        """Mean token log-prob of each local completion ``[B]``: vLLM's sampling log-probs, else a forward pass."""
+        if sampled is not None:
+            return [sum(lp) / max(1, len(lp)) for lp in ([x for x in row if x is not None] for row in sampled)]
+        pad, device = self._tokenizer.pad_token_id, self.accelerator.device
+        width_p, width_c = max(map(len, prompt_ids)), max(1, max(map(len, completion_ids)))
+        ids = torch.full((len(prompt_ids), width_p + width_c), pad, dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+            ids[i, width_p - len(p) : width_p + len(c)] = torch.tensor([*p, *c], device=device)
+            mask[i, width_p - len(p) : width_p + len(c)] = 1
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, ids, mask, width_c, batch_size=self.args.per_device_train_batch_size
+        )
+        completion_mask = mask[:, width_p:].float()
+        return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
+
     # ---- seam 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        # group rewards (rewards/group.py) split the gathered batch into groups of G
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        for func in self.reward_funcs:
+            if hasattr(func, "group_size"):
+                func.group_size = group_size
         self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         return self._reward_terms  # [N, R], gathered over processes
 
