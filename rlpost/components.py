@@ -37,12 +37,14 @@ import rlpost.regularizers.entropy  # noqa: F401
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
+import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 import rlpost.rewards.overlap  # noqa: F401
+import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401

@@ -219,3 +219,44 @@ def test_group_straddling_two_processes_gets_the_whole_group_value():
     mp.spawn(_two_process_worker, args=(port, "majority_vote", texts, results), nprocs=2, join=True)
     single, _ = score(make("majority_vote"), texts, g=4)
     assert results[0] + results[1] == single == [1, 1, 0, 1, 0, 1, 1, 1, 1, 1, 0, 0]
+
+
+# ---- DAR --------------------------------------------------------------------------------------
+
+
+def test_dar_leave_one_out_crps_by_hand():
+    from rlpost.rewards.dar import crps
+
+    # x = (1, 3), y = 2: CRPS = (1 + 1)/2 - (|1-3| + |3-1|)/(2*4) = 1 - 0.5 = 0.5
+    assert crps([1.0, 3.0], 2.0) == 0.5
+    assert crps([], 2.0) == 0.0
+    dar = make("dar")
+    # group (1, 3, 2, none), y = 2; parsable xs = (1, 3, 2):
+    # CRPS(F) = (1 + 1 + 0)/3 - (sum |xi - xj| = 2*(2 + 1 + 1) = 8) / 18 = 2/3 - 4/9 = 2/9
+    # drop 1 -> (3, 2): 1/2 - 2/8 = 1/4; drop 3 -> (1, 2): 1/4; drop 2 -> (1, 3): 1/2
+    # r_i = S(F) - S(F - i) = -2/9 + CRPS(F - i): (1/4 - 2/9, 1/4 - 2/9, 1/2 - 2/9, unparsable -1)
+    out, logged = score(dar, ["1", "3", "it is 2", "no idea"], g=4, answer=["2"] * 4)
+    assert out == pytest.approx([1 / 4 - 2 / 9, 1 / 4 - 2 / 9, 1 / 2 - 2 / 9, -1.0])
+    assert logged["dar/crps"] == pytest.approx(2 / 9) and logged["dar/parsable"] == 0.75
+    # the centred prediction earns most; a group of one: r = -|x - y| / scale = -|5 - 2| / 2
+    assert score(make("dar", scale=2.0), ["5"], g=1, answer=["2"])[0] == [-1.5]
+    assert score(dar, ["1", "2"], g=2, answer=[None, None])[0] == [None, None]  # no target: unscorable
+
+
+# ---- reciprocal -------------------------------------------------------------------------------
+
+
+def test_reciprocal_by_hand():
+    rec = make("reciprocal", scale=2.0)
+    # squared error: (4 - 3)^2 = 1 -> 1 / (1 + 1/2) = 2/3; exact -> 1; none -> 0 (unparsable)
+    assert rec(["q"] * 3, ["4", "3", "none"], answer=[3, 3, 3]) == pytest.approx([2 / 3, 1.0, 0.0])
+    # a vector target: the last 2 numbers (1, 5) vs (1, 2): MSE (0 + 9)/2 = 4.5; oracle error 0.5 ->
+    # gap 4 -> 1 / (1 + 4/2) = 1/3; a better-than-oracle answer has gap 0 -> 1
+    out = rec(["q"] * 2, ["w = 1, 5", "1 and 2"], answer=[[1, 2], [1, 2]], oracle=[0.5, 0.5])
+    assert out == pytest.approx([1 / (1 + 4.5 / 2), 1.0])  # oracle_column unset: gap = MSE 4.5
+    rec_o = make("reciprocal", scale=2.0, oracle_column="oracle")
+    out = rec_o(["q"] * 3, ["w = 1, 5", "1 and 2", "5"], answer=[[1, 2], [1, 2], [1, 2]], oracle=[0.5] * 3)
+    assert out == pytest.approx([1 / 3, 1.0, 0.0])  # "5" has one number for two targets: unparsable
+    # absolute error: |10 - 4| = 6 -> 1 / (1 + 6/2) = 1/4; a target without a number: None
+    rec_abs = make("reciprocal", error="abs", scale=2.0)
+    assert rec_abs(["q"] * 2, ["10", "1"], answer=["4", "n/a"]) == [0.25, None]
