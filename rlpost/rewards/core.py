@@ -133,7 +133,9 @@ class CoRE(GroupReward):
                 from rlpost.rewards.embeddings import cosine_matrix
 
                 sim = cosine_matrix(texts).double().clamp(0.0, 1.0)
-        w = (cfg.agreement_weight * agree + cfg.similarity_weight * sim) / (cfg.agreement_weight + cfg.similarity_weight)
+        w = (cfg.agreement_weight * agree + cfg.similarity_weight * sim) / (
+            cfg.agreement_weight + cfg.similarity_weight
+        )
         w = w * conf[:, None] * conf[None, :]
         return w.fill_diagonal_(0.0)
 
