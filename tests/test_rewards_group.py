@@ -260,3 +260,33 @@ def test_reciprocal_by_hand():
     # absolute error: |10 - 4| = 6 -> 1 / (1 + 6/2) = 1/4; a target without a number: None
     rec_abs = make("reciprocal", error="abs", scale=2.0)
     assert rec_abs(["q"] * 2, ["10", "1"], answer=["4", "n/a"]) == [0.25, None]
+
+
+# ---- group_diversity --------------------------------------------------------------------------
+
+
+def test_dispersion_by_hand():
+    from rlpost.rewards.group_diversity import dispersion
+
+    # cos = [[1, 1, -1], [1, 1, -1], [-1, -1, 1]]: (1 - cos)/2 = [[0, 0, 1], [0, 0, 1], [1, 1, 0]]
+    # r_i = row sum / (G - 1) = (1/2, 1/2, 1)
+    cos = torch.tensor([[1.0, 1, -1], [1, 1, -1], [-1, -1, 1]])
+    assert dispersion(cos).tolist() == pytest.approx([0.5, 0.5, 1.0])
+
+
+def test_group_diversity_with_minilm():
+    from rlpost.rewards.embeddings import embed
+
+    div = make("group_diversity")
+    texts = ["The cat sat on the mat.", "A cat was sitting on a mat.", "Stock markets fell sharply today."]
+    out, logged = score(div, texts, g=3)
+    e = embed(texts)
+    assert e.shape == (3, 384) and e.norm(dim=1).tolist() == pytest.approx([1.0] * 3, abs=1e-5)
+    cos = (e @ e.T).double()
+    # r_0 = ((1 - cos01) + (1 - cos02)) / 2 / 2
+    assert out[0] == pytest.approx(((1 - cos[0, 1]) + (1 - cos[0, 2])).item() / 4, abs=1e-6)
+    assert out[2] > out[0] and out[2] > out[1]  # the off-topic answer disperses the group most
+    assert cos[0, 1] > 0.5 > cos[0, 2]  # MiniLM loaded right: paraphrases are close, topics apart
+    assert logged["group_diversity/dispersion"] == pytest.approx(sum(out) / 3)
+    assert score(div, ["same", "same"], g=2)[0] == pytest.approx([0.0, 0.0], abs=1e-6)  # identical: no spread
+    assert score(div, ["alone"], g=1)[0] == [0.0]  # a group of one has no dispersion
