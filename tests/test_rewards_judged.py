@@ -96,7 +96,6 @@ def test_rank_judge_anchor_by_hand(server):  # noqa: F811
 def test_default_conf_runs_the_local_smollm2_judge():
     # the conf file's judge (local SmolLM2-135M-Instruct, yes/no): real forward passes, swapped orders
     import yaml
-
     from test_rewards import CONF
 
     node = yaml.safe_load((CONF / "pairwise_preference.yaml").read_text())
