@@ -11,6 +11,7 @@ import rlpost.advantages.tiar  # noqa: F401
 
 # combiners
 import rlpost.combine.decoupled  # noqa: F401
+import rlpost.combine.focal  # noqa: F401
 import rlpost.combine.odrpo  # noqa: F401
 import rlpost.combine.rdpo  # noqa: F401
 import rlpost.combine.weighted_sum  # noqa: F401

@@ -68,3 +68,24 @@ def test_mean_rollout_logprobs_match_the_loss_forward(tmp_path):
             assert mean == pytest.approx(expected, abs=1e-4)
     # vLLM path: the sampling log-probs are averaged as they are (None = unavailable token skipped)
     assert trainer._mean_rollout_logprobs(prompts, completions, [[-1.0, -3.0], [-2.0, None]]) == [-2.0, -2.0]
+
+
+def test_two_steps_focal_over_majority_vote_and_group_diversity(tmp_path):
+    from trainer_utils import make_run, step_logs, train_rlpost
+
+    terms = (
+        "reward.terms=[{name: majority_vote, weight: 1.0, params: {answer: text}},"
+        " {name: group_diversity, weight: 0.5}]"
+    )
+    run = make_run(["train.steps=2", "train.num_generations=4", "reward/combine=focal", terms])
+    logs = step_logs(train_rlpost(run, tmp_path))
+    assert len(logs) == 2
+    for log in logs:
+        assert 0.0 <= log["rewards/group_diversity/mean"] <= 1.0
+        assert 0.0 <= log["group_diversity/dispersion"] <= 1.0
+        saturation = [log["rlpost/focal/saturation/0"], log["rlpost/focal/saturation/1"]]
+        weights = [log["rlpost/focal/weight/0"], log["rlpost/focal/weight/1"]]
+        assert all(0.0 <= s <= 1.0 for s in saturation)
+        assert sum(weights) == pytest.approx(1.5, abs=1e-4)  # renormalized to the configured total weight
+        # the less saturated term gains weight relative to its configured share (1 : 0.5)
+        assert (weights[1] / 0.5 >= weights[0] / 1.0) == (saturation[1] <= saturation[0])
