@@ -290,3 +290,16 @@ def test_group_diversity_with_minilm():
     assert logged["group_diversity/dispersion"] == pytest.approx(sum(out) / 3)
     assert score(div, ["same", "same"], g=2)[0] == pytest.approx([0.0, 0.0], abs=1e-6)  # identical: no spread
     assert score(div, ["alone"], g=1)[0] == [0.0]  # a group of one has no dispersion
+
+
+def test_ttrl_majority_recipe_builds_label_free():
+    from rlpost.build import build_run
+    from rlpost.cli import compose
+
+    run = build_run(compose(["recipe=ttrl_majority"]))
+    (vote,) = run.reward.funcs
+    assert run.reward.names == ["majority_vote"] and vote.cfg.column == "answer" and vote.cfg.ties == "first"
+    assert run.settings.train.num_generations == 8
+    # the gold column only feeds label_accuracy: a wrong gold does not change the reward
+    vote.group_size = 4
+    assert vote(["q"] * 4, ["3", "3", "4", "x"], answer=["4"] * 4) == [1.0, 1.0, 0.0, 0.0]
