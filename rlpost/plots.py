@@ -5,7 +5,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-DEFAULT_KEYS = ("reward", "loss", "kl", "entropy")
+DEFAULT_KEYS = ("reward", "loss", "kl", "entropy", "eval/accuracy")
 
 
 def smooth(values: list[float], window: int) -> list[float]:

@@ -25,6 +25,7 @@ class Tool:
     settings: type  # the schema dataclass of the composed config (groups included)
     check: Callable[[Any, list[str]], Any]  # (settings, overrides) -> settings, cheap validation
     run: Callable[[Any, str, list[str]], int]  # (settings, output_dir, overrides) -> exit code
+    prepare: Callable[[dict, list[str]], dict] | None = None  # (raw config, overrides) -> raw, before the schema
 
 
 def compose_tool(tool: Tool, overrides: list[str]):
@@ -37,7 +38,7 @@ def compose_tool(tool: Tool, overrides: list[str]):
         return compose(config_name=tool.config_name, overrides=overrides)
 
 
-def build_settings(tool: Tool, cfg: Any) -> Any:
+def build_settings(tool: Tool, cfg: Any, overrides: list[str]) -> Any:
     """The composed config -> the tool's settings dataclass (no ``hydra`` node); ConfigError names keys."""
     from omegaconf import DictConfig, OmegaConf
 
@@ -49,6 +50,8 @@ def build_settings(tool: Tool, cfg: Any) -> Any:
             raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
     raw = dict(to_container(cfg))
     raw.pop("hydra", None)
+    if tool.prepare is not None:
+        raw = tool.prepare(raw, overrides)
     return build_config(tool.settings, raw, "")
 
 
@@ -56,13 +59,15 @@ def validate(tool: Tool, job: list[str]) -> Any:
     from hydra.errors import HydraException
 
     try:
-        return tool.check(build_settings(tool, compose_tool(tool, job)), job)
+        return tool.check(build_settings(tool, compose_tool(tool, job), job), job)
     except HydraException as err:
         match = re.match(r"Could not override '([^'/]+)'", str(err))
         if not match:
             raise
         appended = [f"+{o}" if o.split("=", 1)[0] == match.group(1) else o for o in job]
-        tool.check(build_settings(tool, compose_tool(tool, appended)), appended)  # raises the schema's message
+        tool.check(
+            build_settings(tool, compose_tool(tool, appended), appended), appended
+        )  # raises the schema's message
         raise
 
 
@@ -92,7 +97,7 @@ def main(tool: Tool, args: list[str]) -> int:
         hydra_cfg = HydraConfig.get()
         overrides = list(hydra_cfg.overrides.task)
         try:
-            settings = tool.check(build_settings(tool, cfg), overrides)
+            settings = tool.check(build_settings(tool, cfg, overrides), overrides)
             codes.append(tool.run(settings, hydra_cfg.runtime.output_dir, overrides))
         except ConfigError as err:
             sys.exit(fail(str(err)))

@@ -28,7 +28,7 @@ from pathlib import Path
 from typing import Literal
 
 from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
+from rlpost.models import LoraSettings, ModelConfig
 from rlpost.tools import merge_math
 from rlpost.tools.app import Tool
 from rlpost.tools.checkpoints import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
@@ -136,7 +136,7 @@ def _plan_lora(s: MergeSettings) -> Plan:
         model = build_config(ModelConfig, run_config(Path(s.adapter).expanduser())["model"], "model")
     if model is None:
         raise ConfigError("method=lora needs the base model: model=<choice> (or adapter=<a LoRA run directory>).")
-    model = replace(model, lora=replace(model.lora, enabled=False))
+    model = replace(model, lora=LoraSettings())  # the base alone
     return Plan(inputs=[], base=("model", base_folder(model)), adapter=adapter, base_model=model)
 
 
