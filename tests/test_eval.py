@@ -180,3 +180,14 @@ def test_eval_and_merge_a_lora_run(tmp_path):
         == 0
     )
     assert (merged / "model.safetensors").is_file() and (merged / "tokenizer.json").is_file()
+
+
+def test_eval_multirun_writes_one_result_per_job_and_a_summary(known_data, tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(TESTS))
+    sweep = tmp_path / "sweep"
+    argv = ["eval", "-m", *known_data, "size=4", "samples=0,2", "max_new_tokens=4", "progress=false"]
+    assert cli.main([*argv, f"hydra.sweep.dir={sweep}"]) == 0
+    results = [json.loads((sweep / job / "eval.json").read_text())["results"] for job in ("0", "1")]
+    assert "sampled/pass@2" not in results[0] and results[1]["sampled/pass@2"] == pytest.approx((0 + 1 + 1 + 1) / 4)
+    md = (sweep / "sweep_summary.md").read_text()
+    assert "| 0 | samples=0 | done | 0.750 |" in md and "| 1 | samples=2 | done | 0.750 |" in md
