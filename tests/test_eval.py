@@ -154,14 +154,18 @@ def test_eval_every_runs_during_training_and_logs(trained_run):
 
 def test_eval_a_run_directory_uses_its_checkpoint_data_and_reward(trained_run, tmp_path):
     out = tmp_path / "eval.json"
-    argv = ["eval", f"run={trained_run}", "size=4", "max_new_tokens=4", "progress=false", f"out={out}"]
+    argv = ["eval", f"run={trained_run}", "max_new_tokens=4", "progress=false", f"out={out}"]
     assert cli.main([*argv, f"hydra.run.dir={tmp_path / 'h'}"]) == 0
     record = json.loads(out.read_text())
     assert record["model_path"] == str(trained_run / "checkpoints" / "final")
     assert record["data"] == "reasoning_gym:basic_arithmetic"
     assert set(record["results"]) >= {"eval/accuracy", "eval/callable", "eval/mean_length"}
+    assert record["size"] == 8  # the run's whole held-out split (TINY: data.eval_size=8)
     # a dotted data override applies on top of the run's data node
-    assert cli.main([*argv, "data.eval_size=2", f"hydra.run.dir={tmp_path / 'h2'}"]) == 2
+    assert cli.main([*argv, "data.eval_size=2", f"hydra.run.dir={tmp_path / 'h2'}"]) == 0
+    assert json.loads(out.read_text())["size"] == 2
+    # model= and run= name two models
+    assert cli.main([*argv, "model=tiny-random", f"hydra.run.dir={tmp_path / 'h3'}"]) == 2
 
 
 def test_eval_and_merge_a_lora_run(tmp_path):

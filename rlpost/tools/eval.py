@@ -28,7 +28,7 @@ from rlpost.tools.runref import apply_run
 
 @dataclass(frozen=True)
 class EvalCommand(PolicySettings):
-    size: int = 100
+    size: int | None = None
     greedy: bool = True
     samples: int = 0
     pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])
@@ -111,9 +111,10 @@ def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
     results = evaluate_policy(s)
     out = Path(s.out) if s.out else Path(output_dir) / "eval.json"
     out.parent.mkdir(parents=True, exist_ok=True)
-    record = {**describe(s), "size": s.size, "samples": s.samples, "overrides": overrides, "results": results}
+    size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts"))
+    record = {**describe(s), "size": size, "samples": s.samples, "overrides": overrides, "results": results}
     out.write_text(json.dumps(record, indent=2) + "\n")
-    print_table(f"{s.model.display_name} on {record['data']} ({s.split}, {s.size} prompts)", results)
+    print_table(f"{s.model.display_name} on {record['data']} ({s.split}, {size} prompts)", results)
     print(f"results: {out}")
     return 0
 

@@ -33,8 +33,9 @@ class PolicySettings:
     progress: bool = True
 
 
-def check_policy(s: PolicySettings, size: int, size_key: str):
-    """Cheap checks shared by eval and diagnose; returns the built reward parts and the split's dataset."""
+def check_policy(s: PolicySettings, size: int | None, size_key: str):
+    """Cheap checks shared by eval and diagnose (``size`` None = the whole split); returns the built
+    reward parts and the split's dataset."""
     import torch
 
     from rlpost.build import build_reward
@@ -51,14 +52,14 @@ def check_policy(s: PolicySettings, size: int, size_key: str):
         raise ConfigError(f"adapter={s.adapter!r} has no adapter_config.json (not a LoRA adapter folder).")
     if s.hardware.device == "cuda" and not torch.cuda.is_available():
         raise ConfigError(f"hardware={s.hardware.name} asks for a CUDA GPU but none is visible; use hardware=cpu.")
-    for key, value in (("max_new_tokens", s.max_new_tokens), ("batch_size", s.batch_size), (size_key, size)):
+    for key, value in (("max_new_tokens", s.max_new_tokens), ("batch_size", s.batch_size), (size_key, size or 1)):
         if value < 1:
             raise ConfigError(f"{key}={value} must be at least 1.")
     if s.temperature <= 0:
         raise ConfigError(f"temperature={s.temperature} must be > 0 (greedy decoding is greedy=true).")
     train, evals = load_datasets(s.data)
     dataset = evals if s.split == "eval" else train
-    if len(dataset) < size:
+    if size is not None and len(dataset) < size:
         where = "data.eval_size" if s.split == "eval" else "data.train_size"
         raise ConfigError(
             f"{size_key}={size} but split={s.split} has {len(dataset)} rows; raise {where} or lower {size_key}."
