@@ -225,7 +225,10 @@ def check_run(run: BuiltRun) -> None:
         check = getattr(component, "check_run", None)
         if callable(check):
             check(run)
-    if run.settings.eval.size > run.data.eval_size and (run.settings.eval.at_start or run.settings.eval.at_end):
+    if run.settings.eval.every < 0:
+        raise ConfigError(f"eval.every={run.settings.eval.every} must be >= 0 (0 = off).")
+    evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
+    if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
     wandb = run.settings.logging.wandb
     if wandb != "disabled" and importlib.util.find_spec("wandb") is None:

@@ -26,6 +26,11 @@ commands:
   list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
   train-rm  a Bradley-Terry reward model from preference pairs: rlpost train-rm [model=...] [data.train=pairs.jsonl]
+  merge   interpolate / task-arithmetic / TIES checkpoints, merge LoRA: rlpost merge models=[A,B] alpha=0.5 [-m]
+  eval    accuracy, reward, pass@k, length on held-out data: rlpost eval run=<run dir> | model=... [samples=8]
+  plot    PNG curves of runs or sweeps: rlpost plot runs=[<run or multirun dir>,...] keys=[reward,loss] smooth=5
+  sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
+  diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
 """
 
 
@@ -218,12 +223,28 @@ def cmd_train_rm(args: list[str]) -> int:
     return train_rm_main(args)
 
 
+def tool_command(module: str) -> Callable[[list[str]], int]:
+    """A tool subcommand (rlpost/tools/<module>.py), imported only when it runs."""
+
+    def command(args: list[str]) -> int:
+        import importlib
+
+        return importlib.import_module(f"rlpost.tools.{module}").main(args)
+
+    return command
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": cmd_train,
     "show": cmd_show,
     "list": cmd_list,
     "subspace": cmd_subspace,
     "train-rm": cmd_train_rm,
+    "merge": tool_command("merge"),
+    "eval": tool_command("eval"),
+    "plot": tool_command("plot"),
+    "sweep-summary": tool_command("sweep_summary"),
+    "diagnose": tool_command("diagnose"),
 }
 
 

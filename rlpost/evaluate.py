@@ -3,10 +3,17 @@
 The first reward term is the run's accuracy metric (for ``math_answer`` it is exact correctness);
 every term's mean and the weighted reward are reported too. With ``group_by`` (a dataset column,
 e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
+
+``evaluate_sampled`` draws ``n`` completions per prompt and reports pass@k with the unbiased
+estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
+averaged over prompts, plus the within-group reward spread that GRPO's advantages feed on
+(``rlpost diagnose``, seed 004 #13). A sample is correct when its first reward term is at least
+``threshold``; an unscorable sample (None/NaN) counts as incorrect for pass@k and is skipped in means.
 """
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from typing import Any
 
@@ -73,16 +80,116 @@ def _accuracy_by(accuracy: torch.Tensor, keys: list) -> dict[str, float]:
     return {f"eval/accuracy/{k}": torch.nanmean(accuracy[idx]).item() for k, idx in sorted(by_key.items())}
 
 
-def _generate(model, tokenizer, prompts: list, max_new_tokens: int, greedy: bool, temperature: float):
-    """Left-padded batch generation; returns decoded completions and their token counts."""
+def pass_at_k(n: int, c: int, k: int) -> float:
+    """Unbiased pass@k of one prompt with ``c`` correct out of ``n`` samples: ``1 - C(n-c, k) / C(n, k)``."""
+    if not 0 < k <= n:
+        raise ValueError(f"pass@k needs 0 < k <= n, got k={k}, n={n}")
+    return 1.0 - math.comb(n - c, k) / math.comb(n, k)
+
+
+def sample_metrics(
+    scores: torch.Tensor, weights: torch.Tensor, lengths: torch.Tensor, ks: list[int], threshold: float, prefix: str
+) -> dict[str, float]:
+    """Metrics of ``n`` samples per prompt: scores ``[P, n, R]`` (NaN = unscorable), weights ``[R]``, lengths ``[P, n]``.
+
+    accuracy: mean first term; pass@k per k <= n (and k = n); reward: mean of sum_r w_r s_r;
+    reward_std: mean over prompts of the population std of the weighted reward within the group;
+    signal_fraction: prompts whose group rewards are not all equal (GRPO gets a non-zero advantage);
+    headroom: pass@n - pass@1; mean_length in tokens.
+    """
+    n = scores.size(1)
+    correct = (scores[..., 0] >= threshold).sum(dim=1).tolist()  # NaN >= t is False: unscorable = wrong
+    reward = (scores * weights.cpu()).nansum(dim=2)  # [P, n]
+    reward = torch.where(torch.isnan(scores).all(dim=2), torch.nan, reward)
+    spread = torch.stack(
+        [r[~torch.isnan(r)].std(unbiased=False) if (~torch.isnan(r)).sum() > 1 else r.new_zeros(()) for r in reward]
+    )
+    out = {f"{prefix}/accuracy": torch.nanmean(scores[..., 0]).item(), f"{prefix}/samples_per_prompt": n}
+    for k in sorted({*(k for k in ks if k <= n), n}):
+        out[f"{prefix}/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(correct)
+    out[f"{prefix}/headroom"] = out[f"{prefix}/pass@{n}"] - out[f"{prefix}/pass@1"]
+    out[f"{prefix}/reward"] = torch.nanmean(reward).item()
+    out[f"{prefix}/reward_std"] = spread.mean().item()
+    out[f"{prefix}/signal_fraction"] = (spread > 1e-6).float().mean().item()
+    out[f"{prefix}/mean_length"] = lengths.float().mean().item()
+    out[f"{prefix}/num_prompts"] = scores.size(0)
+    return out
+
+
+def score(rows: list[dict], completions: list[str], n: int, reward_funcs: list[Callable]) -> torch.Tensor:
+    """Score ``n`` completions per row (prompt-major order) with every reward term -> ``[P * n, R]`` (NaN = None)."""
+    conversational = isinstance(rows[0]["prompt"], list)
+    wrapped = [[{"role": "assistant", "content": c}] if conversational else c for c in completions]
+    repeated = [r for r in rows for _ in range(n)]
+    columns = {k: [r[k] for r in repeated] for k in rows[0] if k not in ("prompt", "completion")}
+    scores = torch.zeros(len(repeated), len(reward_funcs))
+    for j, func in enumerate(reward_funcs):
+        values = func(prompts=[r["prompt"] for r in repeated], completions=wrapped, completion_ids=None, **columns)
+        scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
+    return scores
+
+
+@torch.no_grad()
+def evaluate_sampled(
+    model: torch.nn.Module,
+    tokenizer: Any,
+    dataset: Any,
+    reward_funcs: list[Callable],
+    weights: torch.Tensor,
+    *,
+    n: int,
+    ks: list[int],
+    max_new_tokens: int,
+    temperature: float = 1.0,
+    top_p: float = 1.0,
+    threshold: float = 1.0,
+    batch_size: int = 50,
+    size: int | None = None,
+    prefix: str = "sampled",
+    show_progress: bool = True,
+) -> dict[str, float]:
+    """Sample ``n`` completions per prompt (``batch_size`` completions per generate call) -> ``sample_metrics``."""
+    rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
+    was_training = model.training
+    model.eval()
+    completions, lengths = [], []
+    per_call = max(1, batch_size // n)
+    with Progress(transient=True, disable=not show_progress) as progress:
+        task = progress.add_task(f"{prefix} x{n}", total=len(rows))
+        for start in range(0, len(rows), per_call):
+            chunk = rows[start : start + per_call]
+            texts, n_tokens = _generate(
+                model, tokenizer, [r["prompt"] for r in chunk], max_new_tokens, False, temperature, n=n, top_p=top_p
+            )
+            completions += texts
+            lengths += n_tokens
+            progress.advance(task, len(chunk))
+    model.train(was_training)
+    scores = score(rows, completions, n, reward_funcs).view(len(rows), n, len(reward_funcs))
+    return sample_metrics(scores, weights, torch.tensor(lengths).view(len(rows), n), ks, threshold, prefix)
+
+
+def _generate(
+    model,
+    tokenizer,
+    prompts: list,
+    max_new_tokens: int,
+    greedy: bool,
+    temperature: float,
+    n: int = 1,
+    top_p: float = 1.0,
+):
+    """Left-padded batch generation, ``n`` completions per prompt (prompt-major); decoded texts and token counts."""
     if isinstance(prompts[0], list):
         prompts = [tokenizer.apply_chat_template(p, add_generation_prompt=True, tokenize=False) for p in prompts]
     side = tokenizer.padding_side
     tokenizer.padding_side = "left"
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     tokenizer.padding_side = side
-    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
-    out = model.generate(**enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, **sampling)
+    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p}
+    out = model.generate(
+        **enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, num_return_sequences=n, **sampling
+    )
     new = out[:, enc["input_ids"].size(1) :]
     eos = tokenizer.eos_token_id
     lengths = [int(((row != eos).cumprod(0)).sum().item()) + int((row == eos).any().item()) for row in new]

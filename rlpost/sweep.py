@@ -1,36 +1,180 @@
-"""A Hydra callback that writes a sweep summary table when a multirun ends."""
+"""Sweep summaries: final and best metrics per job of a multirun, with the overrides that tell jobs apart.
+
+A job is a sub-folder of the sweep directory holding ``metrics.jsonl``, ``summary.json`` or
+``eval.json`` (train, train-rm and eval multiruns). Its value series for a metric come from
+``metrics.jsonl`` (training logs, eval rows at step 0 / every ``eval.every`` / the end); a metric
+absent there is read from ``summary.json`` (``before`` at step 0, ``after`` at the last step) or
+``eval.json`` (``results``). *final* is the last logged value, *best* the maximum (the minimum for
+metrics listed in ``minimize``) with its step. The overrides column shows only the overrides whose
+values differ between jobs; the shared ones are printed once above the table.
+
+The Hydra callback writes ``sweep_summary.md``, ``sweep_summary.csv`` and ``plots/sweep.png`` (one
+line per job) into the sweep folder when a multirun ends; ``rlpost sweep-summary`` does the same
+for any multirun directory, with metrics of your choice.
+"""
 
 from __future__ import annotations
 
+import csv
+import io
 import json
+import math
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from hydra.experimental.callback import Callback
 
+from rlpost.rundir import read_jsonl
+
 COLUMNS = ("eval/accuracy", "eval/reward", "eval/mean_length")
+DEFAULT_METRICS = ("eval/accuracy", "eval/reward", "reward", "kl")
+DEFAULT_MINIMIZE = ("loss", "kl")
 
 
-def summarize_sweep(sweep_dir: Path) -> str:
-    """Markdown table over every job folder of a sweep holding a summary.json."""
+@dataclass
+class Job:
+    name: str
+    path: Path
+    overrides: list[str]
+    rows: list[dict[str, Any]]  # metrics.jsonl rows
+    summary: dict[str, Any] = field(default_factory=dict)  # summary.json
+    results: dict[str, Any] = field(default_factory=dict)  # eval.json "results"
+
+    @property
+    def done(self) -> bool:
+        return bool(self.summary or self.results)
+
+    def series(self, key: str) -> list[tuple[int, float]]:
+        """``[(step, value)]`` of one metric, from metrics.jsonl, else summary.json / eval.json."""
+        points = [(int(r.get("step", 0)), float(r[key])) for r in self.rows if _number(r.get(key))]
+        if points:
+            return points
+        last = int(self.summary.get("steps", 0) or 0)
+        for step, block in ((0, "before"), (last, "after")):
+            if _number(self.summary.get(block, {}).get(key)):
+                points.append((step, float(self.summary[block][key])))
+        if not points and _number(self.results.get(key)):
+            points.append((0, float(self.results[key])))
+        return points
+
+
+def job_dirs(sweep_dir: Path) -> list[Path]:
+    """The job folders of a multirun, in job-number order."""
+    marks = ("metrics.jsonl", "summary.json", "eval.json")
+    found = [p for p in sweep_dir.iterdir() if p.is_dir() and any((p / m).is_file() for m in marks)]
+    return sorted(found, key=lambda p: (not p.name.isdigit(), int(p.name) if p.name.isdigit() else 0, p.name))
+
+
+def read_overrides(job_dir: Path) -> list[str]:
+    import yaml
+
+    for name in (".hydra/overrides.yaml", "overrides.yaml"):
+        if (job_dir / name).is_file():
+            return [str(o) for o in yaml.safe_load((job_dir / name).read_text()) or []]
+    return []
+
+
+def load_job(job_dir: Path) -> Job:
+    def read(name: str) -> dict:
+        return json.loads((job_dir / name).read_text()) if (job_dir / name).is_file() else {}
+
+    return Job(
+        name=job_dir.name,
+        path=job_dir,
+        overrides=read_overrides(job_dir),
+        rows=read_jsonl(job_dir / "metrics.jsonl"),
+        summary=read("summary.json"),
+        results=read("eval.json").get("results", {}),
+    )
+
+
+def load_jobs(sweep_dir: Path) -> list[Job]:
+    return [load_job(d) for d in job_dirs(sweep_dir)]
+
+
+def split_overrides(jobs: list[Job]) -> tuple[list[str], dict[str, str]]:
+    """(overrides every job shares, ``{job name: the overrides that differ}``; a key a job lacks shows as absent)."""
+
+    def as_dict(job: Job) -> dict[str, str]:
+        return dict(o.split("=", 1) if "=" in o else (o, "") for o in job.overrides)
+
+    parsed = {job.name: as_dict(job) for job in jobs}
+    keys = list(dict.fromkeys(k for d in parsed.values() for k in d))
+    varying = [k for k in keys if len({d.get(k) for d in parsed.values()}) > 1]
+    common = [f"{k}={parsed[jobs[0].name][k]}" for k in keys if k not in varying] if jobs else []
+    labels = {name: " ".join(f"{k}={d[k]}" for k in varying if k in d) or "(defaults)" for name, d in parsed.items()}
+    return common, labels
+
+
+def summary_rows(jobs: list[Job], metrics: list[str], minimize: list[str]) -> tuple[list[str], list[list[str]]]:
+    """Header and rows: job, overrides, status, then final and best (with step) per metric, s/step."""
+    _, labels = split_overrides(jobs)
+    header = ["job", "overrides", "status"]
+    for m in metrics:
+        header += [f"{m} final", f"{m} best"]
+    header.append("s/step")
     rows = []
-    for summary_file in sorted(sweep_dir.glob("*/summary.json"), key=lambda p: p.parent.name):
-        summary = json.loads(summary_file.read_text())
-        overrides_file = summary_file.parent / ".hydra" / "overrides.yaml"
-        overrides = (
-            " ".join(line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- "))
-            if overrides_file.exists()
-            else ""
-        )
-        after, before = summary.get("after", {}), summary.get("before", {})
-        cells = [summary_file.parent.name, overrides or "(defaults)"]
-        cells += [_fmt(before.get(c)) + " -> " + _fmt(after.get(c)) for c in COLUMNS]
-        cells.append(_fmt(summary.get("seconds_per_step")))
+    for job in jobs:
+        cells = [job.name, labels[job.name], "done" if job.done else "incomplete"]
+        for m in metrics:
+            points = job.series(m)
+            if not points:
+                cells += ["-", "-"]
+                continue
+            pick = min if m in minimize else max
+            step, best = pick(points, key=lambda p: p[1])
+            cells += [_fmt(points[-1][1]), f"{_fmt(best)} @{step}"]
+        cells.append(_fmt(job.summary.get("seconds_per_step")))
         rows.append(cells)
-    header = ["job", "overrides", *COLUMNS, "s/step"]
-    lines = ["| " + " | ".join(header) + " |", "|" + "---|" * len(header)]
-    lines += ["| " + " | ".join(r) + " |" for r in rows]
-    return "\n".join(lines) + "\n"
+    return header, rows
+
+
+def to_markdown(header: list[str], rows: list[list[str]], common: list[str]) -> str:
+    escape = [[c.replace("|", "\\|") for c in r] for r in [header, *rows]]
+    lines = [f"Shared by every job: `{' '.join(common)}`\n" if common else ""]
+    lines += ["| " + " | ".join(escape[0]) + " |", "|" + "---|" * len(header)]
+    lines += ["| " + " | ".join(r) + " |" for r in escape[1:]]
+    return "\n".join(line for line in lines if line) + "\n"
+
+
+def to_csv(header: list[str], rows: list[list[str]]) -> str:
+    buffer = io.StringIO()
+    writer = csv.writer(buffer)
+    writer.writerow(header)
+    writer.writerows(rows)
+    return buffer.getvalue()
+
+
+def summarize_sweep(
+    sweep_dir: Path, metrics: tuple[str, ...] = DEFAULT_METRICS, minimize: tuple[str, ...] = DEFAULT_MINIMIZE
+) -> str:
+    """Markdown table over every job folder of a sweep."""
+    jobs = load_jobs(Path(sweep_dir))
+    header, rows = summary_rows(jobs, list(metrics), list(minimize))
+    return to_markdown(header, rows, split_overrides(jobs)[0])
+
+
+def write_sweep_files(
+    sweep_dir: Path, out_dir: Path, metrics: list[str], minimize: list[str], plot_keys: list[str], smooth: int = 1
+) -> dict[str, Any]:
+    """sweep_summary.md/.csv and plots/sweep.png for a sweep; returns the table and paths."""
+    from rlpost.plots import plot_curves
+    from rlpost.rundir import write_atomic
+
+    jobs = load_jobs(sweep_dir)
+    header, rows = summary_rows(jobs, metrics, minimize)
+    common, labels = split_overrides(jobs)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    write_atomic(out_dir / "sweep_summary.md", to_markdown(header, rows, common))
+    write_atomic(out_dir / "sweep_summary.csv", to_csv(header, rows))
+    runs = {f"{j.name}: {labels[j.name]}": j.rows for j in jobs}
+    plot = plot_curves(runs, out_dir / "plots" / "sweep.png", tuple(plot_keys), smooth) if jobs else None
+    return {"header": header, "rows": rows, "common": common, "plot": plot, "jobs": len(jobs)}
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
 
 
 def _fmt(value: Any) -> str:
@@ -39,8 +183,9 @@ def _fmt(value: Any) -> str:
 
 class SweepSummaryCallback(Callback):
     def on_multirun_end(self, config: Any, **kwargs: Any) -> None:
+        from rlpost.plots import DEFAULT_KEYS
+
         sweep_dir = Path(config.hydra.sweep.dir)
-        if sweep_dir.is_dir():
-            table = summarize_sweep(sweep_dir)
-            (sweep_dir / "sweep_summary.md").write_text(table)
-            print(table)
+        if sweep_dir.is_dir() and job_dirs(sweep_dir):
+            files = write_sweep_files(sweep_dir, sweep_dir, list(DEFAULT_METRICS), list(DEFAULT_MINIMIZE), DEFAULT_KEYS)
+            print(to_markdown(files["header"], files["rows"], files["common"]))

@@ -15,6 +15,7 @@ from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
+from rlpost.eval_callback import PeriodicEvalCallback
 from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
@@ -37,11 +38,18 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
         summary["before"] = _evaluate(run, model, tokenizer, eval_set)
+        rundir.append_metrics({"step": 0, **summary["before"]})  # eval curves start at step 0
 
     args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))
     callbacks = [MetricsFileCallback(rundir)]
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())
+    periodic = None
+    if run.settings.eval.every:  # held-out eval every N steps, logged at that step
+        periodic = PeriodicEvalCallback(
+            run.settings.eval.every, lambda m: _evaluate(run, m, tokenizer, eval_set), run.settings.eval.at_end
+        )
+        callbacks.append(periodic)
     trainer = RLPostTrainer(
         model=model,
         processing_class=tokenizer,
@@ -53,6 +61,8 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         sample_sink=rundir.append_samples,
     )
     trainer.remove_callback(PrinterCallback)
+    if periodic is not None:
+        periodic.attach(trainer)
 
     started = time.perf_counter()
     trainer.train(resume_from_checkpoint=_resume_checkpoint(run, rundir))
@@ -68,6 +78,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     )
     if run.settings.eval.at_end:
         summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set)
+        rundir.append_metrics({"step": trainer.state.global_step, **summary["after"]})
     if run.settings.logging.plots:
         plot = plot_curves({rundir.path.name: rundir.read_metrics()}, rundir.plots / "training.png")
         summary["plot"] = str(plot) if plot else None

@@ -1,0 +1,141 @@
+"""``rlpost diagnose``: will RL help this model on this data? The headroom check of seed 004 #13.
+
+    rlpost diagnose model=smollm2-135m data=basic_arithmetic            # before training
+    rlpost diagnose run=<run dir> prompts=64 samples=16                  # before training further
+
+Seed 004 #13 splits RL's impact into a *value-gradient signal* and the *reachable reward headroom*.
+On a sample of training prompts, ``samples`` completions each at the rollout temperature:
+- reachable headroom = pass@n - pass@1 (unbiased estimator): answers the policy can already reach
+  by sampling but does not give first; RL sharpens towards them.
+- signal = the within-group reward spread: ``signal_fraction`` is the share of prompts whose group
+  rewards are not all equal (a group-relative advantage is zero otherwise), ``reward_std`` its mean.
+Verdict, checked in this order (thresholds are config fields):
+1. ``saturated``: pass@1 >= max_pass1 (little left to gain);
+2. ``out_of_reach``: pass@n < min_pass_at_n (rewards nearly always fail: no signal; easier data,
+   SFT first or a denser reward);
+3. ``promising``: headroom >= min_headroom and signal_fraction >= min_signal_fraction;
+4. ``weak`` otherwise, naming the criterion that failed.
+Choices the abstract leaves open: the measures above (the abstract defines no formula), prompts
+from the train split by default (what RL will see), the first reward term decides correctness
+(``correct_threshold``) and the weighted reward gives the spread.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Literal
+
+from rlpost.errors import ConfigError
+from rlpost.tools.app import Tool
+from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
+from rlpost.tools.runref import apply_run
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    max_pass1: float = 0.9
+    min_pass_at_n: float = 0.05
+    min_headroom: float = 0.1
+    min_signal_fraction: float = 0.25
+
+
+@dataclass(frozen=True)
+class DiagnoseSettings(PolicySettings):
+    split: Literal["eval", "train"] = "train"
+    prompts: int = 32
+    samples: int = 8
+    thresholds: Thresholds = field(default_factory=Thresholds)
+
+
+def verdict(m: dict[str, float], t: Thresholds, n: int) -> tuple[str, list[str]]:
+    """(verdict, reasons) from ``diag/*`` metrics of ``n`` samples per prompt."""
+    p1, pn = m["diag/pass@1"], m[f"diag/pass@{n}"]
+    head, signal = m["diag/headroom"], m["diag/signal_fraction"]
+    facts = [
+        f"pass@1 = {p1:.3f}, pass@{n} = {pn:.3f}: reachable headroom {head:.3f}",
+        f"{signal:.0%} of prompts have unequal rewards within their group (mean reward std {m['diag/reward_std']:.3f})",
+    ]
+    if p1 >= t.max_pass1:
+        return "saturated", [
+            f"pass@1 = {p1:.3f} >= max_pass1 = {t.max_pass1}: already solved, little for RL to gain",
+            *facts,
+        ]
+    if pn < t.min_pass_at_n:
+        why = f"pass@{n} = {pn:.3f} < min_pass_at_n = {t.min_pass_at_n}: even {n} samples rarely succeed, rewards give no signal"
+        return "out_of_reach", [why, *facts, "try easier data, SFT first, or a denser reward"]
+    failed = []
+    if head < t.min_headroom:
+        failed.append(f"headroom {head:.3f} < min_headroom = {t.min_headroom}")
+    if signal < t.min_signal_fraction:
+        failed.append(f"signal_fraction {signal:.3f} < min_signal_fraction = {t.min_signal_fraction}")
+    if failed:
+        return "weak", [*failed, *facts]
+    return "promising", [*facts, "sampling reaches answers the first try misses, and groups carry a learning signal"]
+
+
+def check(s: DiagnoseSettings, overrides: list[str]) -> DiagnoseSettings:
+    check_policy(s, s.prompts, "prompts")
+    if s.samples < 2:
+        raise ConfigError(f"samples={s.samples} must be at least 2: a group needs two completions to have a spread.")
+    t = s.thresholds
+    for key in ("max_pass1", "min_pass_at_n", "min_headroom", "min_signal_fraction"):
+        if not 0.0 <= getattr(t, key) <= 1.0:
+            raise ConfigError(f"thresholds.{key}={getattr(t, key)} must be in [0, 1].")
+    return s
+
+
+def diagnose(s: DiagnoseSettings) -> dict:
+    from transformers import set_seed
+
+    from rlpost.evaluate import evaluate_sampled
+
+    reward, dataset = check_policy(s, s.prompts, "prompts")
+    set_seed(s.seed)
+    model, tokenizer = load_policy(s)
+    metrics = evaluate_sampled(
+        model,
+        tokenizer,
+        dataset,
+        reward.funcs,
+        reward.weights,
+        n=s.samples,
+        ks=[1],
+        max_new_tokens=s.max_new_tokens,
+        temperature=s.temperature,
+        top_p=s.top_p,
+        threshold=s.correct_threshold,
+        batch_size=s.batch_size,
+        size=s.prompts,
+        prefix="diag",
+        show_progress=s.progress,
+    )
+    word, reasons = verdict(metrics, s.thresholds, s.samples)
+    return {"verdict": word, "reasons": reasons, "metrics": metrics}
+
+
+def run(s: DiagnoseSettings, output_dir: str, overrides: list[str]) -> int:
+    from rlpost.tools.eval import print_table
+
+    result = diagnose(s)
+    out = Path(s.out) if s.out else Path(output_dir) / "diagnose.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps({**describe(s), "overrides": overrides, **result}, indent=2) + "\n")
+    print_table(f"{s.model.display_name}: {s.prompts} prompts x {s.samples} samples ({s.split})", result["metrics"])
+    print(f"verdict: {result['verdict'].upper()}")
+    for reason in result["reasons"]:
+        print(f"  - {reason}")
+    print(f"results: {out}")
+    return 0
+
+
+TOOL = Tool(
+    command="diagnose", config_name="diagnose", settings=DiagnoseSettings, check=check, run=run, prepare=apply_run
+)
+
+
+def main(args: list[str]) -> int:
+    from rlpost.tools.app import main as app_main
+
+    return app_main(TOOL, args)

@@ -1,0 +1,128 @@
+"""``rlpost eval``: accuracy, reward, pass@k and mean length on a split of any data config.
+
+    rlpost eval model=smollm2-135m data=basic_arithmetic size=100               # greedy
+    rlpost eval run=outputs/2026-01-01/12-00-00 samples=8 pass_k=[1,4,8]         # a run's final checkpoint
+    rlpost eval model=hf model.path=outputs/merge/.../model                     # a merged model
+    rlpost eval -m run=<dir> checkpoint=checkpoint-10,final                      # a sweep over checkpoints
+
+Greedy (``greedy=true``): one completion per prompt, scored by the reward terms; ``eval/accuracy``
+is the first term's mean (the same numbers as a training run's held-out eval). Sampled
+(``samples=n``): n completions per prompt at ``temperature``; ``sampled/pass@k`` (unbiased
+estimator), ``sampled/accuracy``, ``sampled/reward``, within-group ``reward_std``. Results are
+written as JSON (``out``, default ``<hydra run dir>/eval.json``) and printed as a table. During
+training the same greedy numbers are logged every ``eval.every`` steps (rlpost/eval_callback.py).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rlpost.errors import ConfigError
+from rlpost.tools.app import Tool
+from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
+from rlpost.tools.runref import apply_run
+
+
+@dataclass(frozen=True)
+class EvalCommand(PolicySettings):
+    size: int | None = None
+    greedy: bool = True
+    samples: int = 0
+    pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])
+    group_by: str | None = None
+
+
+def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
+    _, dataset = check_policy(s, s.size, "size")
+    if not s.greedy and s.samples < 1:
+        raise ConfigError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n> (e.g. 8).")
+    if s.samples < 0 or any(k < 1 for k in s.pass_k):
+        raise ConfigError(f"samples={s.samples} and pass_k={list(s.pass_k)} must be >= 0 and >= 1.")
+    if s.group_by is not None and s.group_by not in dataset.column_names:
+        raise ConfigError(
+            f"group_by={s.group_by!r} is not a column of the {s.split} split; its columns are: "
+            f"{', '.join(dataset.column_names)}"
+        )
+    return s
+
+
+def evaluate_policy(s: EvalCommand) -> dict[str, float]:
+    """Load the policy and compute every requested metric (greedy and/or sampled)."""
+    from transformers import set_seed
+
+    from rlpost.evaluate import evaluate, evaluate_sampled
+
+    reward, dataset = check_policy(s, s.size, "size")
+    set_seed(s.seed)
+    model, tokenizer = load_policy(s)
+    results: dict[str, float] = {}
+    if s.greedy:
+        results.update(
+            evaluate(
+                model,
+                tokenizer,
+                dataset,
+                reward.funcs,
+                reward.names,
+                reward.weights,
+                max_new_tokens=s.max_new_tokens,
+                batch_size=s.batch_size,
+                size=s.size,
+                group_by=s.group_by,
+                show_progress=s.progress,
+            )
+        )
+    if s.samples:
+        results.update(
+            evaluate_sampled(
+                model,
+                tokenizer,
+                dataset,
+                reward.funcs,
+                reward.weights,
+                n=s.samples,
+                ks=list(s.pass_k),
+                max_new_tokens=s.max_new_tokens,
+                temperature=s.temperature,
+                top_p=s.top_p,
+                threshold=s.correct_threshold,
+                batch_size=s.batch_size,
+                size=s.size,
+                show_progress=s.progress,
+            )
+        )
+    return results
+
+
+def print_table(title: str, results: dict[str, Any]) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table("metric", "value", title=title)
+    for key, value in results.items():
+        table.add_row(key, f"{value:.4f}" if isinstance(value, float) else str(value))
+    Console().print(table)
+
+
+def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
+    results = evaluate_policy(s)
+    out = Path(s.out) if s.out else Path(output_dir) / "eval.json"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts"))
+    record = {**describe(s), "size": size, "samples": s.samples, "overrides": overrides, "results": results}
+    out.write_text(json.dumps(record, indent=2) + "\n")
+    print_table(f"{s.model.display_name} on {record['data']} ({s.split}, {size} prompts)", results)
+    print(f"results: {out}")
+    return 0
+
+
+TOOL = Tool(command="eval", config_name="eval", settings=EvalCommand, check=check, run=run, prepare=apply_run)
+
+
+def main(args: list[str]) -> int:
+    from rlpost.tools.app import main as app_main
+
+    return app_main(TOOL, args)
