@@ -9,7 +9,7 @@ linear in the per-token loss weight, interpolating gradients is interpolating we
     w_t   = min(pi(y_t) / mu(y_t), cap)                                   truncated IS weight [N, T]
     rho   = (sum_t w_t)^2 / (n * sum_t w_t^2)                             weight reliability: normalized ESS in (0, 1]
     s     = 1 - exp(-KL / kl_scale),  KL = mean_t (r_t - 1 - log r_t)     divergence severity in [0, 1), r = pi/mu
-    phi   = min(1, Var_t(A_t) / Var_t(w_t A_t))                           variance amplification (1 = none)
+    phi   = min(1, (Var_t(A_t) + eps) / (Var_t(w_t A_t) + eps))           variance amplification (1 = none), eps = 1e-12
     lambda = s * rho * phi
     weight_t = (1 - lambda) + lambda * w_t
 
@@ -18,7 +18,8 @@ the completion's advantage at token t. Choices where the abstract is silent: the
 are multiplied (each alone can veto the correction: unreliable weights, negligible mismatch or a
 variance blow-up each pull lambda toward the uncorrected gradient); severity saturates with the
 k3 KL estimate on a scale ``kl_scale`` (a config field); the weights are truncated at ``cap``
-before the diagnostics (so rho and phi judge the weights actually used); phi = 1 when Var(A) = 0.
+before the diagnostics (so rho and phi judge the weights actually used); eps makes phi = 1 when
+both variances vanish (all advantages 0) and ~0 when only Var(A) does (IS alone adds variance).
 Logged: lambda, rho, severity, phi, the KL estimate and the weight mean/min/max.
 """
 
@@ -29,6 +30,8 @@ from dataclasses import dataclass
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, masked_mean, weight_metrics
+
+EPS = 1e-12
 
 
 def masked_var(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -47,13 +50,13 @@ def ais_coefficient(
     if n == 0:
         zero = torch.zeros((), device=w.device)
         return zero, zero + 1, zero, zero + 1, zero
-    rho = wm.sum() ** 2 / (n * (wm**2).sum()).clamp(min=1e-12)
+    rho = wm.sum() ** 2 / (n * (wm**2).sum()).clamp(min=EPS)
     kl = masked_mean(torch.exp(log_ratio) - 1 - log_ratio, mask)
     severity = 1 - torch.exp(-kl / kl_scale)
     adv = advantages.expand_as(mask)
     var_a = masked_var(adv, mask)
     var_wa = masked_var(w * adv, mask)
-    phi = torch.where(var_wa > 0, (var_a / var_wa.clamp(min=1e-12)).clamp(max=1.0), torch.ones_like(var_a))
+    phi = ((var_a + EPS) / (var_wa + EPS)).clamp(max=1.0)
     return severity * rho * phi, rho, severity, phi, kl
 
 
