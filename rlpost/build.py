@@ -20,6 +20,7 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
+from rlpost.corrections.base import CORRECTIONS, Correction
 from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
@@ -43,6 +44,7 @@ ALGORITHM_KEYS = {
     "kl",
     "dynamic_sampling",
     "overlong",
+    "correction",
 }
 
 
@@ -57,6 +59,11 @@ class AlgorithmParts:
     dynamic_sampling: bool
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
+
+    def __post_init__(self):
+        if self.correction is None:
+            self.correction = CORRECTIONS.get("none")()
 
 
 @dataclass
@@ -84,6 +91,7 @@ class BuiltRun:
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
         if algo.grad is not None:
             named.append(("algorithm.grad", algo.grad))
+        named.append(("algorithm.correction", algo.correction))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
@@ -91,7 +99,7 @@ class BuiltRun:
     def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
         """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""
         algo = self.algorithm
-        return grpo_config_kwargs(
+        kwargs = grpo_config_kwargs(
             self.settings.train,
             self.settings.logging,
             self.hardware,
@@ -102,6 +110,9 @@ class BuiltRun:
             mask_truncated=algo.overlong.filter,
             run_name=self.settings.run_name,
         )
+        if algo.correction.registry_name != "none":  # rlpost's correction replaces TRL's vLLM one, never both
+            kwargs["vllm_importance_sampling_correction"] = False
+        return kwargs
 
     def components(self) -> list[Any]:
         return [component for _, component in self.named_components()]
@@ -142,6 +153,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
     )
 
 
@@ -219,6 +231,7 @@ def check_run(run: BuiltRun) -> None:
                 f"algorithm.grad={type(algo.grad).registry_name} needs train.max_grad_norm > 0 (got "
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
+    check_correction(run)
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
     for component in run.components():  # components that name reward terms or need a reference model
@@ -237,6 +250,22 @@ def check_run(run: BuiltRun) -> None:
         raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
     if train.steps < 1:
         raise ConfigError(f"train.steps={train.steps} must be at least 1.")
+
+
+def check_correction(run: BuiltRun) -> None:
+    """A correction needs a behaviour policy that differs from the trainer; a rollout copy excludes vLLM."""
+    correction, hw = run.algorithm.correction, run.hardware
+    precision, name = correction.cfg.rollout_precision, correction.registry_name
+    if precision is not None and hw.use_vllm:
+        raise ConfigError(
+            f"algorithm.correction.rollout_precision={precision} makes a rollout copy, but hardware={hw.name} "
+            "samples with vLLM: set algorithm.correction.rollout_precision=null (vLLM is the behaviour policy)."
+        )
+    if name != "none" and precision is None and not hw.use_vllm and getattr(correction, "peer", None) is None:
+        raise ConfigError(
+            f"algorithm.correction={name} has nothing to correct: rollouts come from the policy itself. Set "
+            "algorithm.correction.rollout_precision=bf16 (or fp32), sample with vLLM, or use algorithm/correction=none."
+        )
 
 
 def check_sources(run: BuiltRun) -> None:

@@ -16,6 +16,14 @@ import rlpost.combine.odrpo  # noqa: F401
 import rlpost.combine.rdpo  # noqa: F401
 import rlpost.combine.weighted_sum  # noqa: F401
 
+# corrections
+import rlpost.corrections.acrl  # noqa: F401
+import rlpost.corrections.ais  # noqa: F401
+import rlpost.corrections.f_tis  # noqa: F401
+import rlpost.corrections.mis  # noqa: F401
+import rlpost.corrections.none  # noqa: F401
+import rlpost.corrections.tis  # noqa: F401
+
 # gradient transforms
 import rlpost.grad.direction_monitor  # noqa: F401
 import rlpost.grad.trusted_projection  # noqa: F401

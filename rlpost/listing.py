@@ -8,6 +8,7 @@ import sys
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.combine.base import COMBINERS
+from rlpost.corrections.base import CORRECTIONS
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.losses.base import LOSSES
 from rlpost.registry import Registry, describe
@@ -21,6 +22,7 @@ REGISTRIES: dict[str, Registry] = {
     "grad": GRAD_TRANSFORMS,
     "reward": REWARDS,
     "combine": COMBINERS,
+    "correction": CORRECTIONS,
 }
 
 

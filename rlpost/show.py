@@ -11,6 +11,14 @@ def _describe(component) -> str:
     return describe() if callable(describe) else type(component).__doc__.strip().splitlines()[0]
 
 
+def _rollout_source(correction) -> str:
+    precision, peer = correction.cfg.rollout_precision, getattr(correction, "peer", None)
+    source = f"a {precision} copy of the policy, synced before each generation" if precision else "the policy itself"
+    if peer is not None:
+        source += f"; {correction.peer_per_group} per group from peer {peer.display_name}"
+    return source + " (train-inference mismatch logged as mismatch/*)"
+
+
 def explain(run: BuiltRun) -> str:
     """A short report of what one optimizer step of this run does."""
     p, train, algo, reward = run.plan, run.settings.train, run.algorithm, run.reward
@@ -42,6 +50,9 @@ def explain(run: BuiltRun) -> str:
     if algo.dynamic_sampling:
         lines.append("  groups with all-equal rewards are dropped from the loss (dynamic sampling)")
     lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
+    if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
+        lines.append(f"  x correction {_describe(algo.correction)}")
+        lines.append(f"    rollouts: {_rollout_source(algo.correction)}")
     if algo.kl.coef > 0 and algo.kl.placement == "loss":
         lines.append(f"  + {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref)")
     for name, regularizer in algo.regularizers:

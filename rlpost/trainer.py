@@ -13,6 +13,8 @@
    clipped norm would not be the norm of the gradient actually applied).
 6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
    (running statistics, reference subspaces) travels with every checkpoint.
+7. ``_generate_single_turn`` + a hook in seams 3 and 4: rollouts from a lower-precision policy copy
+   or a peer model, and the ``algorithm.correction`` weights of the policy loss (rlpost/corrections/).
 
 Components talk to the trainer through three optional attributes: ``sampler(...)`` (seam 0:
 which prompts share a generation batch), ``requires`` (a set naming
@@ -34,6 +36,8 @@ from trl import GRPOTrainer
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
+from rlpost.corrections.apply import WEIGHT_KEY, correct
+from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
@@ -59,6 +63,14 @@ class RLPostTrainer(GRPOTrainer):
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
         super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+        # ---- corrections: a rollout copy / peer model when the correction node asks for one ----
+        correction = run.algorithm.correction
+        peer = getattr(correction, "peer", None)
+        self._rollout_engine = None
+        if correction.cfg.rollout_precision is not None or peer is not None:
+            self._rollout_engine = RolloutEngine(
+                self, correction.cfg.rollout_precision, peer, getattr(correction, "peer_per_group", 0)
+            )
 
     # ---- seam 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):
@@ -114,6 +126,16 @@ class RLPostTrainer(GRPOTrainer):
         completion_mask = mask[:, width_p:].float()
         return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
 
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
+        if self._rollout_engine is None:
+            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
+
+        def own(ids):
+            return super(RLPostTrainer, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
+
+        return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
+
     # ---- seam 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # group rewards (rewards/group.py) split the gathered batch into groups of G
@@ -162,6 +184,7 @@ class RLPostTrainer(GRPOTrainer):
         if local_adv.dim() == 2:  # [N, T_max] -> this process's [B, T]
             local_adv = local_adv[:, : output["completion_mask"].size(1)]
         output["advantages"] = local_adv
+        correct(self, output, advantages, metrics)  # corrections: mismatch metrics and loss weights
         output["rlpost_keep"] = keep[local]
         output["rlpost_rewards"] = rewards[local]
         for _, regularizer in algo.regularizers:
@@ -258,6 +281,8 @@ class RLPostTrainer(GRPOTrainer):
         per_token, metrics = algo.loss(x)
         if "importance_sampling_ratio" in inputs:  # vLLM rollouts: TRL's truncated IS correction
             per_token = per_token * inputs["importance_sampling_ratio"]
+        if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
+            per_token = per_token * inputs[WEIGHT_KEY]
         if algo.kl.coef > 0 and algo.kl.placement == "loss":
             if x.ref_logps is None:
                 raise RuntimeError("algorithm.kl.placement=loss but the batch has no reference log-probs")

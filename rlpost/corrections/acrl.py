@@ -1,0 +1,99 @@
+"""``acrl``: adaptive control of the train-inference discrepancy (seed 000 #18).
+
+Reading of the abstract (ACRL): rather than re-weighting by importance ratios, keep the
+training-inference discrepancy that reaches the update *inside a band* by adaptive (feedback)
+control. rlpost's controller:
+
+    Delta_t = log pi_train(y_t) - log pi_rollout(y_t)                per token [N, T]
+    g_t     = 1[|Delta_t| <= tau]                                    token gate: the loss weight [N, T]
+    D       = sum_t g_t |Delta_t| / sum_t m_t                         discrepancy admitted into the update
+    tau    <- max(tau * exp(-gain), tau_min)   if D > band_high       tighten
+    tau    <- min(tau * exp(+gain), tau_max)   if D < band_low        relax
+              unchanged                        otherwise              (dead band)
+
+The gate of a batch uses the current tau; tau is then updated from that batch's D (feedback, so
+a batch never sees a threshold computed from itself). Choices where the abstract is silent: the
+discrepancy is the mean absolute per-token log-prob difference (the ``mismatch/logp_abs_diff``
+rlpost logs for every run); the actuator is a token gate (tokens far off the rollout policy carry
+no gradient, the others are left unweighted, unlike IS); the update is multiplicative (tau spans
+orders of magnitude between bf16 and fp8 mismatch). The abstract's entropy increase is an observed
+effect, not a term added here. The controller state (tau, updates, last D) is saved in every
+checkpoint (rlpost/state.py) and restored on resume. Evaluation batches do not move it.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+
+from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
+
+
+@CORRECTIONS.register("acrl")
+class AdaptiveControl:
+    """ACRL: a token gate |log pi - log mu| <= tau, tau adapted so the admitted discrepancy stays in a band."""
+
+    @dataclass(frozen=True)
+    class Config(CorrectionSettings):
+        band_low: float = 1.0e-3
+        band_high: float = 1.0e-2
+        tau_init: float = 0.5
+        tau_min: float = 1.0e-3
+        tau_max: float = 5.0
+        gain: float = 0.5
+
+        def __post_init__(self):
+            if not 0 <= self.band_low < self.band_high:
+                raise ValueError(f"need 0 <= band_low < band_high, got {self.band_low}, {self.band_high}")
+            if not 0 < self.tau_min <= self.tau_init <= self.tau_max:
+                raise ValueError(
+                    f"need 0 < tau_min <= tau_init <= tau_max, got {self.tau_min}, {self.tau_init}, {self.tau_max}"
+                )
+            if self.gain <= 0:
+                raise ValueError(f"gain={self.gain} must be > 0")
+
+    def __init__(self, cfg: Config | None = None):
+        self.cfg = cfg if cfg is not None else self.Config()
+        self.tau = self.cfg.tau_init
+        self.updates = 0
+        self.last_discrepancy = float("nan")
+
+    def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        delta = x.log_ratio.abs()  # [N, T], 0 on masked-out tokens
+        tau = self.tau
+        gate = (delta <= tau).float()
+        admitted = (gate * delta * x.mask).sum() / x.mask.sum().clamp(min=1.0)
+        discrepancy = admitted.item()
+        metrics = weight_metrics(gate, x.mask)
+        metrics.update(tau=tau, admitted_discrepancy=discrepancy, gated_fraction=fraction(gate == 0, x.mask))
+        if x.training:
+            self.update(discrepancy)
+        metrics["in_band"] = float(self.cfg.band_low <= discrepancy <= self.cfg.band_high)
+        return gate, metrics
+
+    def update(self, discrepancy: float) -> None:
+        """One controller step from the discrepancy D admitted by the current gate."""
+        c = self.cfg
+        if discrepancy > c.band_high:
+            self.tau = max(self.tau * math.exp(-c.gain), c.tau_min)
+        elif discrepancy < c.band_low:
+            self.tau = min(self.tau * math.exp(c.gain), c.tau_max)
+        self.updates += 1
+        self.last_discrepancy = discrepancy
+
+    def state_dict(self) -> dict:
+        return {"tau": self.tau, "updates": self.updates, "last_discrepancy": self.last_discrepancy}
+
+    def load_state_dict(self, state: dict) -> None:
+        self.tau = float(state["tau"])
+        self.updates = int(state["updates"])
+        self.last_discrepancy = float(state["last_discrepancy"])
+
+    def describe(self) -> str:
+        c = self.cfg
+        return (
+            f"acrl: loss x 1[|log pi - log mu| <= tau], tau adapted (x exp(+-{c.gain:g})) to keep the admitted "
+            f"discrepancy in [{c.band_low:g}, {c.band_high:g}] (tau in [{c.tau_min:g}, {c.tau_max:g}], starts {c.tau_init:g})"
+        )

@@ -1,0 +1,130 @@
+"""Where the rollouts come from when they are not the policy's own: a lower-precision copy, a peer model.
+
+``RolloutEngine`` makes the train-inference mismatch real on any machine. With
+``rollout_precision=bf16`` it keeps a bf16 copy of the policy, copies the policy's weights into it
+before every generation (one ``load_state_dict``, cast on copy), samples the rollouts with it and
+scores them with it: those are the behaviour log-probs the corrections compare with the trainer's
+fp32 log-probs. With ``rollout_precision=fp32`` the copy is exact, so every weight is exactly 1:
+the end-to-end check of the plumbing. A peer model (``f_tis``'s ``peer_model``) samples the last
+``peer_per_group`` completions of every group and scores them itself.
+
+Choices: behaviour log-probs come from a full forward of the generating model with TRL's own
+log-prob function (temperature-scaled, like the trainer's), not from ``generate``'s cached scores,
+so train and behaviour differ only by the model and its dtype; the copy is a ``deepcopy`` of the
+unwrapped policy (LoRA adapters included), so it is not available under DeepSpeed ZeRO-3, whose
+parameters are partitioned. Peers are frozen and must share the policy's tokenizer.
+"""
+
+from __future__ import annotations
+
+import copy
+from collections.abc import Callable
+
+import torch
+from trl.trainer.utils import add_fused_lm_head
+
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+
+
+def _fused_head(model, trainer) -> None:
+    """TRL's fused log-prob head on ``model`` (the copy: drop the patch inherited from the policy first)."""
+    base = model.get_base_model() if hasattr(model, "get_base_model") else model
+    base.__dict__.pop("forward", None)  # the policy's patched forward, bound to the policy's own original
+    add_fused_lm_head(
+        base,
+        temperature=trainer.temperature,
+        cast_lm_head_to_fp32=trainer.args.cast_lm_head_to_fp32,
+        outputs=("log_probs", "entropy"),
+    )
+
+
+@torch.no_grad()
+def sample(model, prompt_ids: list[list[int]], trainer) -> list[list[int]]:
+    """Left-pad the prompts, sample with the trainer's generation config, cut each completion after its first EOS."""
+    if not prompt_ids:
+        return []
+    device = trainer.accelerator.device
+    pad_id = trainer._tokenizer.pad_token_id
+    width = max(len(p) for p in prompt_ids)
+    input_ids = torch.full((len(prompt_ids), width), pad_id, dtype=torch.long, device=device)
+    attention_mask = torch.zeros_like(input_ids)
+    for i, ids in enumerate(prompt_ids):
+        input_ids[i, width - len(ids) :] = torch.tensor(ids, device=device)
+        attention_mask[i, width - len(ids) :] = 1
+    out = model.generate(
+        input_ids=input_ids, attention_mask=attention_mask, generation_config=trainer.generation_config
+    )
+    eos = set(trainer.eos_token_ids)
+    completions = []
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, token in enumerate(row) if token in eos), len(row))
+        completions.append(row[:cut])
+    return completions
+
+
+class RolloutEngine:
+    """Generates rollouts with a lower-precision policy copy and/or a peer model, and scores them (behaviour log-probs)."""
+
+    def __init__(self, trainer, precision: str | None, peer_config=None, peer_per_group: int = 0):
+        policy = trainer.accelerator.unwrap_model(trainer.model)
+        self.copy = None
+        if precision is not None:
+            self.copy = copy.deepcopy(policy).to(DTYPES[precision]).eval().requires_grad_(False)
+            _fused_head(self.copy, trainer)
+        self.peer = None
+        self.peer_per_group = peer_per_group if peer_config is not None else 0
+        if peer_config is not None:
+            self.peer = _load_peer(peer_config, trainer)
+        self.peer_rows: list[bool] = []  # this process's rows of the last generation: sampled by the peer
+
+    def sync(self, trainer) -> None:
+        """Copy the policy's current weights into the rollout copy (cast to its dtype)."""
+        if self.copy is not None:
+            self.copy.load_state_dict(trainer.accelerator.unwrap_model(trainer.model).state_dict())
+
+    def generate(self, trainer, prompt_ids: list[list[int]], num_generations: int, own: Callable) -> list[list[int]]:
+        """Completion ids for this process's prompts; ``own(prompt_ids)`` is TRL's generation with the policy itself."""
+        self.sync(trainer)
+        start = trainer.accelerator.process_index * len(prompt_ids)
+        k = self.peer_per_group if trainer.model.training else 0
+        self.peer_rows = [(start + i) % num_generations >= num_generations - k for i in range(len(prompt_ids))]
+        mine = [ids for ids, p in zip(prompt_ids, self.peer_rows) if not p]
+        theirs = [ids for ids, p in zip(prompt_ids, self.peer_rows) if p]
+        mine_out = sample(self.copy, mine, trainer) if self.copy is not None else (own(mine) if mine else [])
+        theirs_out = iter(sample(self.peer, theirs, trainer))
+        mine_iter = iter(mine_out)
+        return [next(theirs_out) if p else next(mine_iter) for p in self.peer_rows]
+
+    @torch.no_grad()
+    def behaviour_logps(self, trainer, output: dict, train_logps: torch.Tensor) -> torch.Tensor:
+        """[B, T] log-probs of the sampled tokens under the model that sampled each row (train_logps for the policy's own)."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        peer = torch.tensor(self.peer_rows, dtype=torch.bool, device=input_ids.device)
+        behaviour = train_logps.clone()
+        for model, rows in ((self.copy, ~peer), (self.peer, peer)):
+            if model is None or not rows.any():
+                continue
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                model,
+                input_ids[rows],
+                attention_mask[rows],
+                output["completion_ids"].size(1),
+                batch_size=trainer.args.per_device_train_batch_size,
+            )
+            behaviour[rows] = logps.to(behaviour.dtype)
+        return behaviour
+
+
+def _load_peer(peer_config, trainer):
+    from rlpost.models import load_model, load_tokenizer
+
+    tokenizer = load_tokenizer(peer_config)
+    if tokenizer.get_vocab() != trainer._tokenizer.get_vocab():
+        raise ValueError(
+            f"peer model {peer_config.display_name} has a different tokenizer from the policy: "
+            "a peer's completions must be token ids the policy can score"
+        )
+    peer = load_model(peer_config).to(trainer.accelerator.device).eval().requires_grad_(False)
+    add_fused_lm_head(peer, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+    return peer
