@@ -30,6 +30,7 @@ from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the load
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.terms import build_reward_terms
+from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
 from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
@@ -43,6 +44,7 @@ ALGORITHM_KEYS = {
     "kl",
     "dynamic_sampling",
     "overlong",
+    "rollout",
 }
 
 
@@ -57,6 +59,11 @@ class AlgorithmParts:
     dynamic_sampling: bool
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
+
+    def __post_init__(self):
+        if self.rollout is None:
+            self.rollout = ROLLOUTS.get("none")(ROLLOUTS.get("none").Config())
 
 
 @dataclass
@@ -84,6 +91,7 @@ class BuiltRun:
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
         if algo.grad is not None:
             named.append(("algorithm.grad", algo.grad))
+        named.append(("algorithm.rollout", algo.rollout))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
@@ -142,6 +150,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
     )
 
 

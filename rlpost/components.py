@@ -33,6 +33,11 @@ import rlpost.losses.output_reset  # noqa: F401
 import rlpost.regularizers.air  # noqa: F401
 import rlpost.regularizers.entropy  # noqa: F401
 
+# rollout strategies
+import rlpost.rollouts.forced_refusal  # noqa: F401
+import rlpost.rollouts.generic_negative  # noqa: F401
+import rlpost.rollouts.none  # noqa: F401
+
 # rewards
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
