@@ -13,6 +13,7 @@ from rlpost.losses.base import LOSSES
 from rlpost.registry import Registry, describe
 from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS
+from rlpost.rollouts.base import ROLLOUTS
 
 REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
@@ -21,6 +22,7 @@ REGISTRIES: dict[str, Registry] = {
     "grad": GRAD_TRANSFORMS,
     "reward": REWARDS,
     "combine": COMBINERS,
+    "rollout": ROLLOUTS,
 }
 
 
