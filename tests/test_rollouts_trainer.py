@@ -284,8 +284,7 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
     strategy = trainer.run.algorithm.rollout
     kept = logged(trainer, "rlpost/rollout/rubric_guidance/kept_frac")
     assert logged(trainer, "rlpost/rollout/rubric_guidance/conditioned") == [4.0, 4.0]
-    if strategy.last:
-        check_trained_under_original_prompt(trainer, generate_calls)
+    check_trained_under_original_prompt(trainer, generate_calls)
     for request in strategy.last.values():
         assert "The final number in the response is equal to the reference answer." in request.note
     # the keep rule, recomputed from the judge on the last batch: kept rows beat their group's natural mean
@@ -297,7 +296,7 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
         weights = torch.tensor([1.0, 2.0])
         r = [(s * weights).sum().item() / 3 for s in scores]
         assert r[-1] > sum(r[:-1]) / 2
-    assert all(0 <= v <= 1 for v in kept)
+    assert all(0 <= v <= 1 for v in kept) and any(0 < v < 1 for v in kept)  # some kept, some dropped (seeded)
 
 
 def test_reflect_revise_diagnoses_then_trains_the_revision_under_the_original_prompt(tmp_path, generate_calls):
