@@ -31,6 +31,7 @@ from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the load
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.terms import build_reward_terms
+from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
 from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
@@ -45,6 +46,7 @@ ALGORITHM_KEYS = {
     "dynamic_sampling",
     "overlong",
     "correction",
+    "rollout",
 }
 
 
@@ -60,10 +62,13 @@ class AlgorithmParts:
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
     correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
+    rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
 
     def __post_init__(self):
         if self.correction is None:
             self.correction = CORRECTIONS.get("none")()
+        if self.rollout is None:
+            self.rollout = ROLLOUTS.get("none")(ROLLOUTS.get("none").Config())
 
 
 @dataclass
@@ -92,6 +97,7 @@ class BuiltRun:
         if algo.grad is not None:
             named.append(("algorithm.grad", algo.grad))
         named.append(("algorithm.correction", algo.correction))
+        named.append(("algorithm.rollout", algo.rollout))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
@@ -154,6 +160,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
+        rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
     )
 
 

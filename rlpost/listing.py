@@ -14,6 +14,7 @@ from rlpost.losses.base import LOSSES
 from rlpost.registry import Registry, describe
 from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS
+from rlpost.rollouts.base import ROLLOUTS
 
 REGISTRIES: dict[str, Registry] = {
     "advantage": ADVANTAGES,
@@ -23,6 +24,7 @@ REGISTRIES: dict[str, Registry] = {
     "reward": REWARDS,
     "combine": COMBINERS,
     "correction": CORRECTIONS,
+    "rollout": ROLLOUTS,
 }
 
 

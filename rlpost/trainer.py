@@ -2,6 +2,8 @@
 
 1. ``_generate``: keeps each rollout's true length and truncation flag (pad == EOS on many
    chat models, so lengths cannot be read back from the padded ids).
+1b. ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) produces the groups
+   around TRL's generation; its optional ``adjust_rewards`` runs in seam 3 right after ``combine``.
 2. ``_calculate_rewards``: keeps the gathered reward matrix ``[N, R]``.
 3. ``_generate_and_score_completions``: after TRL scored the batch, rlpost's ``combine``, reward
    shaping (overlong, KL-in-reward) and ``advantage`` run on a typed ``GroupBatch`` and replace
@@ -41,6 +43,7 @@ from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+from rlpost.rollouts.base import RolloutContext
 from rlpost.state import load_component_state, save_component_state
 
 
@@ -91,7 +94,7 @@ class RLPostTrainer(GRPOTrainer):
 
     # ---- seam 1: rollout bookkeeping -------------------------------------------------------
     def _generate(self, prompts: list):
-        out = super()._generate(prompts)
+        out = self._rollout_strategy(prompts)  # rlpost: algorithm/rollout wraps TRL's generation (seam 1b)
         completion_ids, completions = out[1], out[3]
         if any("logprob" in getattr(f, "rollout_fields", ()) for f in self.reward_funcs):
             # rewards that read generation confidence get the column rlpost_logprob (TRL merges extra_fields
@@ -135,6 +138,32 @@ class RLPostTrainer(GRPOTrainer):
             return super(RLPostTrainer, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
 
         return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
+    # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
+    def _rollout_strategy(self, prompts: list):
+        """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
+        strategy = self.run.algorithm.rollout
+        if type(strategy).registry_name == "none" or not self.model.training:
+            self._rollout_kinds = None
+            return super()._generate(prompts)
+        rows = getattr(self, "_rollout_rows", None) or [{}] * len(prompts)
+        ctx = RolloutContext(self, super()._generate, rows, self.num_generations)
+        rollouts = strategy.generate(prompts, ctx)
+        self._rollout_kinds = rollouts.kinds
+        for kind in sorted(set(rollouts.kinds)):
+            self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
+        return rollouts.to_trl()
+
+    def _rollout_rewards(self, rewards: torch.Tensor, rows: list, metrics: dict) -> torch.Tensor:
+        """The strategy's ``adjust_rewards`` on the gathered rewards [N] (train batches only)."""
+        adjust = getattr(self.run.algorithm.rollout, "adjust_rewards", None)
+        if adjust is None or getattr(self, "_rollout_kinds", None) is None:
+            return rewards
+        kinds, completions = self._rollout_kinds, self._rollout.completions
+        if self.accelerator.num_processes > 1:
+            kinds, completions = gather_object(kinds), gather_object(completions)
+        rewards, extra = adjust(rewards, kinds, rows, completions, self.num_generations)
+        metrics.update(extra)
+        return rewards
 
     # ---- seam 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -148,16 +177,18 @@ class RLPostTrainer(GRPOTrainer):
 
     # ---- seam 3: rewards -> advantages -----------------------------------------------------
     def _generate_and_score_completions(self, inputs):
+        self._rollout_rows = inputs  # the dataset rows, for the rollout strategy (seam 1b)
         output = super()._generate_and_score_completions(inputs)
         mode = "train" if self.model.training else "eval"
         group_size = self.num_generations if mode == "train" else self.num_generations_eval
         algo, reward = self.run.algorithm, self.run.reward
         terms = self._reward_terms
         task_rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
+        rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
+        task_rewards = self._rollout_rewards(task_rewards, rows, metrics)  # seam 1b: e.g. RC-GRPO's refusal rewards
         rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
-        rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
         batch = GroupBatch(
             rewards=rewards,
             reward_terms=terms,

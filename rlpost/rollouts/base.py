@@ -1,0 +1,182 @@
+"""The rollout-strategy Protocol, its registry, and what every strategy shares.
+
+A rollout strategy (``algorithm/rollout=X``, METHODS.md section 4) changes how the group of
+completions of one prompt is produced. It wraps TRL's generation (``GRPOTrainer._generate``) in
+``RLPostTrainer._generate`` (seam 1b of trainer.py)::
+
+    rollouts = strategy.generate(prompts, ctx)     # prompts [B]: each prompt G times in a row
+
+``ctx.generate(prompts)`` is TRL's own generation (chat template, transformers or vLLM, tools),
+returned as ``Rollouts``: per-row lists of equal length B. A strategy may call it on any list of
+prompts (a subset, conditioned prompts) and assemble the B rows it returns; each row keeps a
+``kind`` (``natural`` for plain samples, else the strategy's tag) that the trainer hands back to
+``adjust_rewards`` and logs as ``rlpost/rollout/<kind>_frac``.
+
+Optional: ``adjust_rewards(rewards [N], kinds [N], rows [N], completions [N], G) -> (rewards, metrics)``
+runs in seam 3 right after ``combine``, before dynamic sampling and the advantage (RC-GRPO's
+refusal credit and over-refusal penalty, CRPO's negative baseline).
+
+Choices made for every strategy:
+- Strategies run on training batches only; evaluation batches are plain sampling.
+- A row whose tokens the policy did not sample (a forced refusal, a generic response) has no
+  sampling log-probs: under vLLM its ``logprobs`` are ``None`` (TRL reads NaN and leaves those
+  tokens out of its importance-sampling correction); on the transformers path TRL has none anyway.
+- The group structure is TRL's: rows ``g*G .. g*G+G-1`` share a prompt; a strategy never changes B.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+import torch
+
+from rlpost.registry import Registry
+
+NATURAL = "natural"
+
+
+@dataclass
+class Rollouts:
+    """TRL's ``_generate`` output as per-row lists (B rows), plus each row's kind."""
+
+    prompt_ids: list[list[int]]
+    completion_ids: list[list[int]]
+    tool_mask: list[list[int]] | None
+    completions: list[Any]
+    logprobs: list[list[float | None]] | None
+    extra_fields: dict[str, list[Any]]
+    images: Any = None
+    tool_images: Any = None
+    kinds: list[str] = field(default_factory=list)
+
+    @classmethod
+    def from_trl(cls, out: tuple, kind: str = NATURAL) -> Rollouts:
+        prompt_ids, completion_ids, tool_mask, completions, logprobs, extra, images, tool_images = out
+        if images is not None or any(tool_images or []):
+            raise NotImplementedError("rollout strategies support text prompts only (the batch has images)")
+        kinds = [kind] * len(completion_ids)
+        return cls(list(prompt_ids), list(completion_ids), tool_mask, list(completions), logprobs, dict(extra or {}), images, tool_images, kinds)
+
+    def to_trl(self) -> tuple:
+        return (
+            self.prompt_ids,
+            self.completion_ids,
+            self.tool_mask,
+            self.completions,
+            self.logprobs,
+            self.extra_fields,
+            self.images,
+            self.tool_images,
+        )
+
+    def __len__(self) -> int:
+        return len(self.completion_ids)
+
+    @classmethod
+    def empty(cls, n: int, like: Rollouts) -> Rollouts:
+        """n unfilled rows with the same optional fields as ``like``."""
+        return cls(
+            prompt_ids=[[] for _ in range(n)],
+            completion_ids=[[] for _ in range(n)],
+            tool_mask=None if like.tool_mask is None else [[] for _ in range(n)],
+            completions=[None] * n,
+            logprobs=None if like.logprobs is None else [[] for _ in range(n)],
+            extra_fields={k: [None] * n for k in like.extra_fields},
+            images=like.images,
+            tool_images=like.tool_images,
+            kinds=[""] * n,
+        )
+
+    def put(self, i: int, src: Rollouts, j: int, kind: str | None = None) -> None:
+        """Row i <- row j of ``src`` (kind: src's unless given)."""
+        self.prompt_ids[i] = src.prompt_ids[j]
+        self.completion_ids[i] = src.completion_ids[j]
+        self.completions[i] = src.completions[j]
+        if self.tool_mask is not None:
+            self.tool_mask[i] = src.tool_mask[j] if src.tool_mask is not None else [1] * len(src.completion_ids[j])
+        if self.logprobs is not None:
+            self.logprobs[i] = src.logprobs[j] if src.logprobs is not None else [None] * len(src.completion_ids[j])
+        for key, values in self.extra_fields.items():
+            values[i] = src.extra_fields.get(key, [None] * len(src))[j]
+        self.kinds[i] = kind or src.kinds[j]
+
+    def force(self, i: int, ids: list[int], completion: Any, kind: str) -> None:
+        """Row i's completion <- fixed tokens the policy did not sample (prompt_ids unchanged)."""
+        self.completion_ids[i] = list(ids)
+        self.completions[i] = completion
+        if self.tool_mask is not None:
+            self.tool_mask[i] = [1] * len(ids)
+        if self.logprobs is not None:
+            self.logprobs[i] = [None] * len(ids)  # not sampled: NaN for TRL's IS correction
+        self.kinds[i] = kind
+
+
+class RolloutContext:
+    """What a strategy may use: TRL's generation, the batch's dataset rows, G and the tokenizer."""
+
+    def __init__(self, trainer: Any, generate: Any, rows: list[dict], num_generations: int):
+        self.trainer = trainer
+        self._generate = generate
+        self.rows = rows  # [B] the dataset row of each prompt
+        self.num_generations = num_generations  # G
+        self.tokenizer = trainer._tokenizer
+        self.step = trainer.state.global_step
+        self.rng = random.Random(trainer.args.seed * 1_000_003 + self.step)
+
+    def generate(self, prompts: list, kind: str = NATURAL) -> Rollouts:
+        """TRL's generation on ``prompts`` [M] (one completion each) -> M rows of ``kind``."""
+        return Rollouts.from_trl(self._generate(prompts), kind)
+
+    def completion_ids(self, text: str) -> list[int]:
+        """Token ids of a fixed completion: the text, then the first EOS (a finished completion)."""
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.trainer.eos_token_ids[0]]
+
+    def groups(self, n: int) -> list[range]:
+        g = self.num_generations
+        if n % g:
+            raise RuntimeError(f"rollout strategy: {n} rows are not whole groups of {g}")
+        return [range(s, s + g) for s in range(0, n, g)]
+
+    def log(self, name: str, value: float) -> None:
+        self.trainer._metrics["train"][f"rlpost/rollout/{name}"].append(float(value))
+
+
+def completion_like(text: str, example: Any) -> Any:
+    """A completion in the batch's format: chat messages when ``example`` is, else the string."""
+    return [{"role": "assistant", "content": text}] if isinstance(example, list) else text
+
+
+def user_text(prompt: Any) -> str:
+    """The last user message of a chat prompt, or the prompt string."""
+    if isinstance(prompt, list):
+        users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
+        return str(users[-1]) if users else ""
+    return str(prompt)
+
+
+def with_user_text(prompt: Any, text: str) -> Any:
+    """``prompt`` with its last user message (or the whole string) replaced by ``text``."""
+    if not isinstance(prompt, list):
+        return text
+    last = max(i for i, m in enumerate(prompt) if m.get("role") == "user")
+    return [*prompt[:last], {**prompt[last], "content": text}, *prompt[last + 1 :]]
+
+
+class RolloutStrategy(Protocol):
+    """Produces the B rows of a generation batch (each prompt's group of G) from the prompts [B]."""
+
+    Config: type
+
+    def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts: ...
+
+
+ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout")
+
+
+def group_mean(values: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
+    """Mean of ``values [N]`` over the rows where ``mask [N]`` is true, per group -> ``[N/G]`` (NaN: none)."""
+    v = torch.where(mask, values, torch.zeros_like(values)).view(-1, group_size).sum(1)
+    count = mask.view(-1, group_size).sum(1)
+    return torch.where(count > 0, v / count.clamp(min=1), torch.full_like(v, float("nan")))

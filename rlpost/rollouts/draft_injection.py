@@ -1,0 +1,143 @@
+"""draft_injection: drafts from a weaker model put into the learner's GRPO context (seed 004 #19).
+
+Each prompt of the batch gets one draft, written into its user message with ``template``; the
+learner samples its G completions under that context and is trained under it (the prompt ids of
+those rows hold the draft). The seed's finding is that *mismatched* drafts (shuffled to other
+problems) help most, so ``match`` chooses:
+
+- ``matched``: the draft written for this problem;
+- ``shuffled``: a draft written for another problem: from a file, one drawn (seeded, per step)
+  from the other keys; from a model, the batch's drafts rotated by one prompt (a derangement:
+  prompt p gets the draft of prompt p+1 mod P), which needs at least 2 prompts per step.
+
+Draft sources: ``file`` (jsonl, one ``{file_key: <the data column's value>, "draft": text}`` per
+line, keyed by the data column ``key_column``) or ``model`` (any rlpost model config, e.g. a
+smaller model; it answers the original prompt, sampled at ``draft_temperature``).
+
+Choices where the abstract is silent: one draft per prompt, shared by the whole group (GRPO needs
+one context per group); the template labels the draft as possibly wrong; a prompt whose key is not
+in the file fails loudly (``missing: error``) or gets no draft (``missing: skip``, logged); the seed
+uses no drafts at test time, and neither does rlpost's evaluation.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rlpost.errors import ConfigError
+from rlpost.models import ModelConfig
+from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text, with_user_text
+from rlpost.rollouts.side_model import SideModel
+
+TEMPLATE = "{prompt}\n\nA draft solution (it may be wrong):\n{draft}\n\nNow solve the problem yourself."
+
+
+def read_drafts(path: str, file_key: str) -> dict[str, str]:
+    """The drafts file -> {key: draft}; ConfigError naming the line on bad input."""
+    from rlpost.data import resolve_data_path
+
+    drafts: dict[str, str] = {}
+    if not os.path.isfile(resolve_data_path(path)):
+        raise ConfigError(f"algorithm.rollout.path={path!r}: no such file.")
+    with open(resolve_data_path(path), encoding="utf-8") as handle:
+        for number, line in enumerate(handle, 1):
+            if not line.strip():
+                continue
+            try:
+                row = json.loads(line)
+                drafts[str(row[file_key])] = str(row["draft"])
+            except (json.JSONDecodeError, KeyError, TypeError) as err:
+                raise ConfigError(f"{path} line {number}: need a JSON object with {file_key!r} and 'draft' ({err}).") from None
+    if not drafts:
+        raise ConfigError(f"{path}: no drafts.")
+    return drafts
+
+
+@ROLLOUTS.register("draft_injection")
+class DraftInjection:
+    """Drafts (file or draft model) in the learner's context, matched to the problem or shuffled."""
+
+    @dataclass(frozen=True)
+    class Config:
+        source: Literal["file", "model"] = "file"  # where drafts come from
+        path: str | None = None  # source=file: jsonl of {file_key: ..., draft: ...}
+        file_key: str = "question"  # source=file: the field of a line that keys its draft
+        key_column: str = "question"  # data column whose value is looked up in the file
+        model: ModelConfig | None = None  # source=model: the draft model (any rlpost model config)
+        draft_max_tokens: int = 128  # source=model: max new tokens of a draft
+        draft_temperature: float = 1.0  # source=model: sampling temperature of drafts (0 = greedy)
+        match: Literal["matched", "shuffled"] = "shuffled"  # draft of this problem, or of another one
+        template: str = TEMPLATE  # the user message with the draft; {prompt} {draft}
+        missing: Literal["error", "skip"] = "error"  # a prompt whose key the file lacks: fail, or no draft
+
+        def __post_init__(self):
+            if self.source == "file" and not self.path:
+                raise ValueError("source=file needs path (a jsonl of drafts)")
+            if self.source == "model" and self.model is None:
+                raise ValueError("source=model needs model (an rlpost model config, e.g. {source: smollm2})")
+            if "{prompt}" not in self.template or "{draft}" not in self.template:
+                raise ValueError("template must contain {prompt} and {draft}")
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+        self.drafts = read_drafts(cfg.path, cfg.file_key) if cfg.source == "file" else None
+        self.side = SideModel(cfg.model, cfg.draft_max_tokens, cfg.draft_temperature) if cfg.model else None
+        self.last: list[tuple[str | None, str | None]] = []  # per row: (draft, the key it was written for)
+
+    def check_run(self, run: Any) -> None:
+        if self.cfg.source == "model" and self.cfg.match == "shuffled" and run.plan.prompts_per_step < 2:
+            raise ConfigError(
+                "algorithm.rollout: match=shuffled with source=model rotates drafts between the prompts of a "
+                f"step; it needs >= 2 (train.completions_per_step / train.num_generations = {run.plan.prompts_per_step})."
+            )
+
+    def _keys(self, ctx: RolloutContext, starts: list[int], prompts: list) -> list[str]:
+        col = self.cfg.key_column
+        if self.cfg.source == "model":
+            return [user_text(prompts[s]) for s in starts]
+        if col not in ctx.rows[starts[0]]:
+            raise KeyError(f"rollout 'draft_injection': no data column {col!r} (set algorithm.rollout.key_column)")
+        return [str(ctx.rows[s][col]) for s in starts]
+
+    def _choose(self, keys: list[str], prompts: list, ctx: RolloutContext) -> list[tuple[str | None, str | None]]:
+        """One (draft, key it was written for) per prompt of the batch."""
+        if self.cfg.source == "model":
+            texts = self.side.generate(prompts, ctx.trainer.accelerator.device)
+            if self.cfg.match == "shuffled":
+                return [(texts[(p + 1) % len(keys)], keys[(p + 1) % len(keys)]) for p in range(len(keys))]
+            return list(zip(texts, keys))
+        chosen = []
+        for key in keys:
+            if key not in self.drafts:
+                if self.cfg.missing == "error":
+                    raise KeyError(f"rollout 'draft_injection': no draft for {key!r} in {self.cfg.path}")
+                chosen.append((None, None))
+            elif self.cfg.match == "matched":
+                chosen.append((self.drafts[key], key))
+            else:
+                others = [k for k in self.drafts if k != key]
+                other = ctx.rng.choice(others) if others else key
+                chosen.append((self.drafts[other], other))
+        return chosen
+
+    def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
+        groups = ctx.groups(len(prompts))
+        starts = [g[0] for g in groups]
+        keys = self._keys(ctx, starts, prompts)
+        chosen = self._choose(keys, [prompts[s] for s in starts], ctx)
+        injected, self.last = list(prompts), []
+        for group, (draft, source) in zip(groups, chosen):
+            for i in group:
+                if draft is not None:
+                    text = self.cfg.template.format(prompt=user_text(prompts[i]), draft=draft)
+                    injected[i] = with_user_text(prompts[i], text)
+                self.last.append((draft, source))
+        ctx.log("draft_injection/with_draft_frac", sum(d is not None for d, _ in chosen) / len(chosen))
+        ctx.log("draft_injection/matched_frac", sum(s == k for (_, s), k in zip(chosen, keys)) / len(chosen))
+        kind = f"draft_{self.cfg.match}"
+        out = ctx.generate(injected, kind)
+        out.kinds = [kind if d is not None else "natural" for d, _ in self.last]
+        return out
