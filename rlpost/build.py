@@ -43,6 +43,8 @@ ALGORITHM_KEYS = {
     "kl",
     "dynamic_sampling",
     "overlong",
+    "replay",  # offline training from recorded rollouts (rlpost/algorithms/regen.py)
+    "regen",  # its off-policy correction
 }
 
 
@@ -57,6 +59,7 @@ class AlgorithmParts:
     dynamic_sampling: bool
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
 
 
 @dataclass
@@ -142,7 +145,19 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        offline=_build_offline(node),
     )
+
+
+def _build_offline(node: Mapping[str, Any]) -> Any:
+    """``algorithm.replay`` (+ ``algorithm.regen``): train from recorded rollouts instead of sampling."""
+    if node.get("replay") is None:
+        if node.get("regen") is not None:
+            raise ConfigError("algorithm.regen is set but algorithm.replay is not: give the replay folders to train from.")
+        return None
+    from rlpost.algorithms.regen import RegenSpec
+
+    return RegenSpec(node["replay"], node.get("regen"))
 
 
 def build_reward(node: Mapping[str, Any]) -> RewardParts:
@@ -221,6 +236,8 @@ def check_run(run: BuiltRun) -> None:
             )
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
+    if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
+        algo.offline.check_run(run)
     for component in run.components():  # components that name reward terms or need a reference model
         check = getattr(component, "check_run", None)
         if callable(check):

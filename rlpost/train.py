@@ -18,6 +18,7 @@ from rlpost.errors import ConfigError
 from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
+from rlpost.replay import ReplayWriter
 from rlpost.rundir import RunDirectory
 from rlpost.trainer import RLPostTrainer
 
@@ -42,7 +43,10 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     callbacks = [MetricsFileCallback(rundir)]
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())
-    trainer = RLPostTrainer(
+    trainer_class = RLPostTrainer
+    if run.algorithm.offline is not None:  # algorithm=regen: batches from recorded replays
+        from rlpost.algorithms.regen import RegenTrainer as trainer_class
+    trainer = trainer_class(
         model=model,
         processing_class=tokenizer,
         args=args,
@@ -51,6 +55,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         callbacks=callbacks,
         run=run,
         sample_sink=rundir.append_samples,
+        replay=ReplayWriter(rundir.path / "rollouts") if run.settings.logging.replay else None,
     )
     trainer.remove_callback(PrinterCallback)
 
