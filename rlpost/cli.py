@@ -26,6 +26,7 @@ commands:
   list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
   train-rm  a Bradley-Terry reward model from preference pairs: rlpost train-rm [model=...] [data.train=pairs.jsonl]
+  report  a self-contained HTML page of a run or a sweep: rlpost report RUN_OR_SWEEP_DIR [--out FILE]
 """
 
 
@@ -218,12 +219,19 @@ def cmd_train_rm(args: list[str]) -> int:
     return train_rm_main(args)
 
 
+def cmd_report(args: list[str]) -> int:
+    from rlpost.report import main as report_main
+
+    return report_main(args)
+
+
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "train": cmd_train,
     "show": cmd_show,
     "list": cmd_list,
     "subspace": cmd_subspace,
     "train-rm": cmd_train_rm,
+    "report": cmd_report,
 }
 
 
