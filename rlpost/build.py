@@ -153,7 +153,7 @@ def _build_offline(node: Mapping[str, Any]) -> Any:
     """``algorithm.replay`` (+ ``algorithm.regen``): train from recorded rollouts instead of sampling."""
     if node.get("replay") is None:
         if node.get("regen") is not None:
-            raise ConfigError("algorithm.regen is set but algorithm.replay is not: give the replay folders to train from.")
+            raise ConfigError("algorithm.regen is set without algorithm.replay: give the replay folders to train from.")
         return None
     from rlpost.algorithms.regen import RegenSpec
 

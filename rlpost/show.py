@@ -48,7 +48,7 @@ def explain(run: BuiltRun) -> str:
         lines.append(f"  + {name}: {_describe(regularizer)}")
     if algo.offline is not None:  # algorithm=regen: batches from recorded replays
         cap, count = algo.offline.config.is_cap, len(algo.offline.paths)
-        lines.append(f"  x min(pi_old / mu, {cap:g}) per token: truncated IS against the behaviour policy of {count} replay(s)")
+        lines.append(f"  x min(pi_old / mu, {cap:g}) per token: truncated IS vs the behaviour of {count} replay(s)")
     if algo.grad is not None:
         lines.append(f"  gradients before clipping: {_describe(algo.grad)}")
     if algo.overlong.filter:
