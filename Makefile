@@ -27,7 +27,17 @@ setup: $(STAMP) ## create .venv and install rlpost with its pinned stack
 train: setup ## a short real GRPO run: SmolLM2-135M on arithmetic, held-out accuracy before/after
 	$(VENV)/bin/rlpost train recipe=default
 
-test: setup ## run the whole test suite (slow end-to-end tests included, GPU tests skipped on CPU)
+browser: ## headless Chromium for the report tests (apt-get, only as root; otherwise those tests skip)
+	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing chromium (apt-get) for the report browser tests"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium) >/dev/null 2>&1 || \
+			echo "apt-get install chromium failed: the report browser tests will skip"; \
+	else \
+		echo "chromium missing and not root (or no apt-get): the report browser tests will skip"; \
+	fi
+
+test: setup browser ## run the whole test suite (slow end-to-end tests included, GPU tests skipped on CPU)
 	$(PY) -m pytest
 
 lint: setup ## ruff over the package and tests
@@ -37,4 +47,4 @@ lint: setup ## ruff over the package and tests
 bench: setup ## benchmarks against plain TRL (prints tables, writes bench/RESULTS.md)
 	$(PY) bench/step_time.py
 
-.PHONY: help setup train test lint bench
+.PHONY: help setup browser train test lint bench

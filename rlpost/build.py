@@ -47,6 +47,8 @@ ALGORITHM_KEYS = {
     "overlong",
     "correction",
     "rollout",
+    "replay",  # offline training from recorded rollouts (rlpost/algorithms/regen.py)
+    "regen",  # its off-policy correction
 }
 
 
@@ -63,6 +65,7 @@ class AlgorithmParts:
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
     correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
     rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
+    offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
 
     def __post_init__(self):
         if self.correction is None:
@@ -161,7 +164,19 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
         rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
+        offline=_build_offline(node),
     )
+
+
+def _build_offline(node: Mapping[str, Any]) -> Any:
+    """``algorithm.replay`` (+ ``algorithm.regen``): train from recorded rollouts instead of sampling."""
+    if node.get("replay") is None:
+        if node.get("regen") is not None:
+            raise ConfigError("algorithm.regen is set without algorithm.replay: give the replay folders to train from.")
+        return None
+    from rlpost.algorithms.regen import RegenSpec
+
+    return RegenSpec(node["replay"], node.get("regen"))
 
 
 def build_reward(node: Mapping[str, Any]) -> RewardParts:
@@ -241,6 +256,8 @@ def check_run(run: BuiltRun) -> None:
     check_correction(run)
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
+    if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
+        algo.offline.check_run(run)
     for component in run.components():  # components that name reward terms or need a reference model
         check = getattr(component, "check_run", None)
         if callable(check):

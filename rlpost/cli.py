@@ -31,6 +31,7 @@ commands:
   plot    PNG curves of runs or sweeps: rlpost plot runs=[<run or multirun dir>,...] keys=[reward,loss] smooth=5
   sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
+  report  a self-contained HTML page of a run or a sweep: rlpost report RUN_OR_SWEEP_DIR [--out FILE]
 """
 
 
@@ -232,6 +233,10 @@ def tool_command(module: str) -> Callable[[list[str]], int]:
         return importlib.import_module(f"rlpost.tools.{module}").main(args)
 
     return command
+def cmd_report(args: list[str]) -> int:
+    from rlpost.report import main as report_main
+
+    return report_main(args)
 
 
 COMMANDS: dict[str, Callable[[list[str]], int]] = {
@@ -245,6 +250,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "plot": tool_command("plot"),
     "sweep-summary": tool_command("sweep_summary"),
     "diagnose": tool_command("diagnose"),
+    "report": cmd_report,
 }
 
 

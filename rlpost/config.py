@@ -53,6 +53,7 @@ class LoggingSettings:
     samples_per_step: int = 4
     progress: bool = True
     plots: bool = True
+    replay: bool = False  # rollouts + behaviour log-probs as parquet under <run>/rollouts/ (rlpost/replay.py)
 
 
 @dataclass(frozen=True)

@@ -57,6 +57,9 @@ def explain(run: BuiltRun) -> str:
         lines.append(f"  + {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref)")
     for name, regularizer in algo.regularizers:
         lines.append(f"  + {name}: {_describe(regularizer)}")
+    if algo.offline is not None:  # algorithm=regen: batches from recorded replays
+        cap, count = algo.offline.config.is_cap, len(algo.offline.paths)
+        lines.append(f"  x min(pi_old / mu, {cap:g}) per token: truncated IS vs the behaviour of {count} replay(s)")
     if algo.grad is not None:
         lines.append(f"  gradients before clipping: {_describe(algo.grad)}")
     if algo.overlong.filter:

@@ -19,6 +19,7 @@ from rlpost.eval_callback import PeriodicEvalCallback
 from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
+from rlpost.replay import ReplayWriter
 from rlpost.rundir import RunDirectory
 from rlpost.trainer import RLPostTrainer
 
@@ -50,7 +51,10 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
             run.settings.eval.every, lambda m: _evaluate(run, m, tokenizer, eval_set), run.settings.eval.at_end
         )
         callbacks.append(periodic)
-    trainer = RLPostTrainer(
+    trainer_class = RLPostTrainer
+    if run.algorithm.offline is not None:  # algorithm=regen: batches from recorded replays
+        from rlpost.algorithms.regen import RegenTrainer as trainer_class
+    trainer = trainer_class(
         model=model,
         processing_class=tokenizer,
         args=args,
@@ -59,6 +63,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         callbacks=callbacks,
         run=run,
         sample_sink=rundir.append_samples,
+        replay=ReplayWriter(rundir.path / "rollouts") if run.settings.logging.replay else None,
     )
     trainer.remove_callback(PrinterCallback)
     if periodic is not None:

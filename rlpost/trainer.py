@@ -43,6 +43,7 @@ from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+from rlpost.replay import ReplayWriter
 from rlpost.rollouts.base import RolloutContext
 from rlpost.state import load_component_state, save_component_state
 
@@ -60,9 +61,17 @@ class RolloutInfo:
 class RLPostTrainer(GRPOTrainer):
     """GRPOTrainer whose advantages and loss come from rlpost components (see module docstring)."""
 
-    def __init__(self, *args: Any, run: BuiltRun, sample_sink: Callable[[list[dict]], None] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        run: BuiltRun,
+        sample_sink: Callable[[list[dict]], None] | None = None,
+        replay: ReplayWriter | None = None,
+        **kwargs,
+    ):
         self.run = run
         self.sample_sink = sample_sink
+        self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/replay.py)
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
         super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
@@ -229,6 +238,10 @@ class RLPostTrainer(GRPOTrainer):
             self._metrics[mode][f"rlpost/{name}"].append(value)
         if mode == "train":
             self._record_samples(terms[local], rewards[local], advantages[local])
+        # ---- replay (logging.replay): this process's rollouts with their behaviour log-probs ----
+        if mode == "train" and self.replay is not None:
+            self.replay.record(self, output, terms[local], rewards[local], advantages[local], inputs)
+        # ---- end replay ----
         return output
 
     def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:

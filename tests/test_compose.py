@@ -54,7 +54,9 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
     (tmp / "dataset").mkdir()
     (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
     (tmp / "rm" / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}')
+    stand_in_replay(tmp / "replay")
     return {
+        ("algorithm", "regen"): [f"algorithm.replay=['{tmp / 'replay'}']"],
         ("reward", "reward_model"): [f"reward.terms.0.params.path={tmp / 'rm'}"],
         ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("model", "hf"): [f"model.path={tmp / 'model'}"],
@@ -63,6 +65,23 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
         ("data", "hf"): [f"data.path={tmp / 'dataset'}"],
         **NEEDS,
     }
+
+
+def stand_in_replay(folder: Path) -> None:
+    """A replay folder as ``logging.replay`` writes it (meta.json + parquet with a column per reward);
+    build_run reads only the meta and the parquet schema."""
+    import json
+
+    import pandas as pd
+
+    from rlpost.replay import COLUMNS, TERM_PREFIX
+    from rlpost.rewards.base import REWARDS
+
+    folder.mkdir()
+    meta = {"num_generations": 4, "temperature": 1.0, "tokenizer_sha256": "-", "term_names": REWARDS.names()}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    row = {c: [0] for c in COLUMNS} | {TERM_PREFIX + name: [0.0] for name in REWARDS.names()}
+    pd.DataFrame(row).to_parquet(folder / "step-000000-rank0.parquet")
 
 
 def choose(group: str, option: str) -> str:
@@ -106,7 +125,7 @@ def own_node(sub: str, option: str) -> dict:
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)
-def test_bundle_x_loss_x_regularizers(bundle):
+def test_bundle_x_loss_x_regularizers(bundle, required):
     """Every bundle with every loss and each regularizer list (none, each one, all) composes and
     builds, and the swapped loss node is exactly the loss's own file: no key or value is left over
     from the bundle's own choice (``algorithm=dapo algorithm/loss=gspo`` is plain gspo)."""
@@ -118,6 +137,7 @@ def test_bundle_x_loss_x_regularizers(bundle):
                 f"algorithm={bundle}",
                 f"algorithm/loss={loss}",
                 f"algorithm/regularizers=[{','.join(chosen)}]",
+                *required.get(("algorithm", bundle), []),
             ]
             cfg = compose(overrides)
             assert OmegaConf.to_container(cfg.algorithm.loss) == own_node("loss", loss), overrides
@@ -128,9 +148,10 @@ def test_bundle_x_loss_x_regularizers(bundle):
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)
-def test_swapping_the_advantage_replaces_its_whole_node(bundle):
+def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
     for option in group_options("algorithm/advantage"):
-        cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *NEEDS.get(("algorithm/advantage", option), [])])
+        needs = [*NEEDS.get(("algorithm/advantage", option), []), *required.get(("algorithm", bundle), [])]
+        cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *needs])
         assert OmegaConf.to_container(cfg.algorithm.advantage) == own_node("advantage", option), (bundle, option)
         build_run(cfg)
 
