@@ -11,7 +11,7 @@ import difflib
 import importlib.util
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -30,6 +30,8 @@ from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the load
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.terms import build_reward_terms
+from rlpost.safety.config import SafetySettings, fp32_lm_head
+from rlpost.safety.kit import SafetyKit
 from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
@@ -43,6 +45,7 @@ ALGORITHM_KEYS = {
     "kl",
     "dynamic_sampling",
     "overlong",
+    "safety",
 }
 
 
@@ -57,6 +60,7 @@ class AlgorithmParts:
     dynamic_sampling: bool
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    safety: SafetyKit = field(default_factory=SafetyKit)  # stability kit (rlpost/safety/), all off by default
 
 
 @dataclass
@@ -84,6 +88,8 @@ class BuiltRun:
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
         if algo.grad is not None:
             named.append(("algorithm.grad", algo.grad))
+        if algo.safety.cfg.any:
+            named.append(("algorithm.safety", algo.safety))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
@@ -91,7 +97,7 @@ class BuiltRun:
     def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
         """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""
         algo = self.algorithm
-        return grpo_config_kwargs(
+        kwargs = grpo_config_kwargs(
             self.settings.train,
             self.settings.logging,
             self.hardware,
@@ -102,6 +108,9 @@ class BuiltRun:
             mask_truncated=algo.overlong.filter,
             run_name=self.settings.run_name,
         )
+        if fp32_lm_head(self):  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
+            kwargs["cast_lm_head_to_fp32"] = True
+        return kwargs
 
     def components(self) -> list[Any]:
         return [component for _, component in self.named_components()]
@@ -142,6 +151,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        safety=SafetyKit(build_config(SafetySettings, node.get("safety"), "algorithm.safety")),
     )
 
 

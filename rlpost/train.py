@@ -51,6 +51,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         callbacks=callbacks,
         run=run,
         sample_sink=rundir.append_samples,
+        event_sink=rundir.append_event,
     )
     trainer.remove_callback(PrinterCallback)
 

@@ -53,12 +53,20 @@ class RolloutInfo:
 class RLPostTrainer(GRPOTrainer):
     """GRPOTrainer whose advantages and loss come from rlpost components (see module docstring)."""
 
-    def __init__(self, *args: Any, run: BuiltRun, sample_sink: Callable[[list[dict]], None] | None = None, **kwargs):
+    def __init__(
+        self,
+        *args: Any,
+        run: BuiltRun,
+        sample_sink: Callable[[list[dict]], None] | None = None,
+        event_sink: Callable[[dict], None] | None = None,
+        **kwargs,
+    ):
         self.run = run
         self.sample_sink = sample_sink
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
         super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+        self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
 
     # ---- seam 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):
@@ -103,6 +111,7 @@ class RLPostTrainer(GRPOTrainer):
         algo, reward = self.run.algorithm, self.run.reward
         terms = self._reward_terms
         task_rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
+        task_rewards = self.safety.on_rewards(task_rewards, metrics, mode == "train")  # reward whitening
         rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
@@ -226,6 +235,7 @@ class RLPostTrainer(GRPOTrainer):
             ref_logps=inputs.get("ref_per_token_logps"),
             batch=inputs,
         )
+        x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard
         per_token, metrics = algo.loss(x)
         if "importance_sampling_ratio" in inputs:  # vLLM rollouts: TRL's truncated IS correction
             per_token = per_token * inputs["importance_sampling_ratio"]
@@ -252,6 +262,7 @@ class RLPostTrainer(GRPOTrainer):
             token_normalizer=token_normalizer,
             max_completion_length=self.max_completion_length,
         )
+        self.safety.on_loss(loss, x, mode)  # non-finite guard, KL for the rollback rule
         metrics["entropy"] = x.masked_mean(entropies.detach())
         for name, value in metrics.items():
             self._metrics[mode][name].append(
@@ -279,6 +290,10 @@ class RLPostTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
+
+    # ---- safety: fp32 master weights (rlpost/safety/) ----------------------------------------
+    def create_optimizer(self, *args, **kwargs):
+        return self.safety.on_optimizer(super().create_optimizer(*args, **kwargs))
 
     # ---- helpers ---------------------------------------------------------------------------
     def _loss_mask(self, batch: dict) -> torch.Tensor:
