@@ -11,7 +11,7 @@ import difflib
 import importlib.util
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -32,6 +32,8 @@ from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
+from rlpost.safety.config import SafetySettings, fp32_lm_head
+from rlpost.safety.kit import SafetyKit
 from rlpost.schema import build_config, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
@@ -49,6 +51,7 @@ ALGORITHM_KEYS = {
     "rollout",
     "replay",  # offline training from recorded rollouts (rlpost/algorithms/regen.py)
     "regen",  # its off-policy correction
+    "safety",
 }
 
 
@@ -65,6 +68,7 @@ class AlgorithmParts:
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
     correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
     rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
+    safety: SafetyKit = field(default_factory=SafetyKit)  # stability kit (rlpost/safety/), all off by default
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
 
     def __post_init__(self):
@@ -101,6 +105,8 @@ class BuiltRun:
             named.append(("algorithm.grad", algo.grad))
         named.append(("algorithm.correction", algo.correction))
         named.append(("algorithm.rollout", algo.rollout))
+        if algo.safety.cfg.any:
+            named.append(("algorithm.safety", algo.safety))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
         return named
@@ -121,6 +127,8 @@ class BuiltRun:
         )
         if algo.correction.registry_name != "none":  # rlpost's correction replaces TRL's vLLM one, never both
             kwargs["vllm_importance_sampling_correction"] = False
+        if fp32_lm_head(self):  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
+            kwargs["cast_lm_head_to_fp32"] = True
         return kwargs
 
     def components(self) -> list[Any]:
@@ -165,6 +173,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
         rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
         offline=_build_offline(node),
+        safety=SafetyKit(build_config(SafetySettings, node.get("safety"), "algorithm.safety")),
     )
 
 

@@ -1,6 +1,6 @@
 """A run directory (DESIGN.md): resolved config, metrics.jsonl, samples.jsonl, checkpoints, plots, summary.
 
-    <run>/config.yaml  overrides.yaml  metrics.jsonl  samples.jsonl  checkpoints/  plots/*.png  summary.json
+    <run>/config.yaml  overrides.yaml  metrics.jsonl  samples.jsonl  events.jsonl  checkpoints/  plots/*.png  summary.json
 
 Files are appended line by line (jsonl) or written to a temp file and renamed, so a crash never
 leaves a half-written summary or config.
@@ -49,6 +49,10 @@ class RunDirectory:
 
     def append_samples(self, rows: list[dict[str, Any]]) -> None:
         append_jsonl(self.samples_file, rows)
+
+    def append_event(self, row: dict[str, Any]) -> None:
+        """One line of events.jsonl: a safety event (rollback, skipped step, LoRA merge)."""
+        append_jsonl(self.path / "events.jsonl", [row])
 
     def write_summary(self, summary: dict[str, Any]) -> None:
         write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")

@@ -64,6 +64,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         run=run,
         sample_sink=rundir.append_samples,
         replay=ReplayWriter(rundir.path / "rollouts") if run.settings.logging.replay else None,
+        event_sink=rundir.append_event,
     )
     trainer.remove_callback(PrinterCallback)
     if periodic is not None:

@@ -67,6 +67,7 @@ class RLPostTrainer(GRPOTrainer):
         run: BuiltRun,
         sample_sink: Callable[[list[dict]], None] | None = None,
         replay: ReplayWriter | None = None,
+        event_sink: Callable[[dict], None] | None = None,
         **kwargs,
     ):
         self.run = run
@@ -83,6 +84,7 @@ class RLPostTrainer(GRPOTrainer):
             self._rollout_engine = RolloutEngine(
                 self, correction.cfg.rollout_precision, peer, getattr(correction, "peer_per_group", 0)
             )
+        self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
 
     # ---- seam 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):
@@ -195,6 +197,7 @@ class RLPostTrainer(GRPOTrainer):
         task_rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
         rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
         task_rewards = self._rollout_rewards(task_rewards, rows, metrics)  # seam 1b: e.g. RC-GRPO's refusal rewards
+        task_rewards = self.safety.on_rewards(task_rewards, metrics, mode == "train")  # reward whitening
         rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
@@ -322,6 +325,7 @@ class RLPostTrainer(GRPOTrainer):
             ref_logps=inputs.get("ref_per_token_logps"),
             batch=inputs,
         )
+        x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard
         per_token, metrics = algo.loss(x)
         if "importance_sampling_ratio" in inputs:  # vLLM rollouts: TRL's truncated IS correction
             per_token = per_token * inputs["importance_sampling_ratio"]
@@ -350,6 +354,7 @@ class RLPostTrainer(GRPOTrainer):
             token_normalizer=token_normalizer,
             max_completion_length=self.max_completion_length,
         )
+        self.safety.on_loss(loss, x, mode)  # non-finite guard, KL for the rollback rule
         metrics["entropy"] = x.masked_mean(entropies.detach())
         for name, value in metrics.items():
             self._metrics[mode][name].append(
@@ -377,6 +382,10 @@ class RLPostTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
+
+    # ---- safety: fp32 master weights (rlpost/safety/) ----------------------------------------
+    def create_optimizer(self, *args, **kwargs):
+        return self.safety.on_optimizer(super().create_optimizer(*args, **kwargs))
 
     # ---- helpers ---------------------------------------------------------------------------
     def _loss_mask(self, batch: dict) -> torch.Tensor:
