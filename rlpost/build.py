@@ -18,6 +18,7 @@ import torch
 
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
+from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
 from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
@@ -43,6 +44,7 @@ ALGORITHM_KEYS = {
     "kl",
     "dynamic_sampling",
     "overlong",
+    "critic",
 }
 
 
@@ -57,6 +59,7 @@ class AlgorithmParts:
     dynamic_sampling: bool
     overlong: OverlongSettings
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
 
 
 @dataclass
@@ -142,6 +145,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        critic=build_config(CriticConfig, node["critic"], "algorithm.critic") if node.get("critic") else None,
     )
 
 
@@ -221,6 +225,7 @@ def check_run(run: BuiltRun) -> None:
             )
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
+    check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
     for component in run.components():  # components that name reward terms or need a reference model
         check = getattr(component, "check_run", None)
         if callable(check):

@@ -11,6 +11,7 @@ from transformers import PrinterCallback
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig
 
+from rlpost.algorithms import trainer_class
 from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
 from rlpost.data import load_datasets
@@ -19,7 +20,6 @@ from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.rundir import RunDirectory
-from rlpost.trainer import RLPostTrainer
 
 
 def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -42,7 +42,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     callbacks = [MetricsFileCallback(rundir)]
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())
-    trainer = RLPostTrainer(
+    trainer = trainer_class(run)(  # RLPostTrainer, or PPOTrainer when the algorithm has a critic
         model=model,
         processing_class=tokenizer,
         args=args,
