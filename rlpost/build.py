@@ -18,6 +18,7 @@ import torch
 
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
+from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
 from rlpost.corrections.base import CORRECTIONS, Correction
@@ -52,6 +53,7 @@ ALGORITHM_KEYS = {
     "replay",  # offline training from recorded rollouts (rlpost/algorithms/regen.py)
     "regen",  # its off-policy correction
     "safety",
+    "critic",
 }
 
 
@@ -69,6 +71,7 @@ class AlgorithmParts:
     correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
     rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
     safety: SafetyKit = field(default_factory=SafetyKit)  # stability kit (rlpost/safety/), all off by default
+    critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
 
     def __post_init__(self):
@@ -174,6 +177,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
         offline=_build_offline(node),
         safety=SafetyKit(build_config(SafetySettings, node.get("safety"), "algorithm.safety")),
+        critic=build_config(CriticConfig, node["critic"], "algorithm.critic") if node.get("critic") else None,
     )
 
 
@@ -266,7 +270,13 @@ def check_run(run: BuiltRun) -> None:
     if algo.kl.coef < 0:
         raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
+        if algo.critic is not None:
+            raise ConfigError(
+                "algorithm.replay (offline REGEN training) and algorithm.critic (PPO) cannot be combined: "
+                "REGEN trains from recorded rollouts, which carry no critic values; drop one of the two."
+            )
         algo.offline.check_run(run)
+    check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
     for component in run.components():  # components that name reward terms or need a reference model
         check = getattr(component, "check_run", None)
         if callable(check):

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from rlpost.algorithms.critic import describe_critic
 from rlpost.build import BuiltRun
 from rlpost.losses.aggregation import describe_aggregation
 
@@ -46,6 +47,8 @@ def explain(run: BuiltRun) -> str:
         )
     if algo.kl.coef > 0 and algo.kl.placement == "reward":
         lines.append(f"  - {algo.kl.coef:g} x sum_t KL_{algo.kl.estimator}(pi || ref) (KL in the reward)")
+    if algo.kl.coef > 0 and algo.kl.placement == "token":
+        lines.append(f"  - {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref) as each token's own reward (PPO)")
     lines += ["", "Advantage:", f"  {_describe(algo.advantage)}"]
     if algo.dynamic_sampling:
         lines.append("  groups with all-equal rewards are dropped from the loss (dynamic sampling)")
@@ -64,5 +67,7 @@ def explain(run: BuiltRun) -> str:
         lines.append(f"  gradients before clipping: {_describe(algo.grad)}")
     if algo.overlong.filter:
         lines.append("  truncated completions (no EOS) are excluded")
+    if algo.critic is not None:
+        lines += ["", "Critic:", f"  {describe_critic(algo.critic, train.learning_rate)}"]
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
     return "\n".join(lines)

@@ -11,6 +11,7 @@ from transformers import PrinterCallback
 from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig
 
+from rlpost.algorithms import trainer_class
 from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
 from rlpost.data import load_datasets
@@ -21,7 +22,6 @@ from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.replay import ReplayWriter
 from rlpost.rundir import RunDirectory
-from rlpost.trainer import RLPostTrainer
 
 
 def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -51,10 +51,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
             run.settings.eval.every, lambda m: _evaluate(run, m, tokenizer, eval_set), run.settings.eval.at_end
         )
         callbacks.append(periodic)
-    trainer_class = RLPostTrainer
-    if run.algorithm.offline is not None:  # algorithm=regen: batches from recorded replays
-        from rlpost.algorithms.regen import RegenTrainer as trainer_class
-    trainer = trainer_class(
+    trainer = trainer_class(run)(  # RLPostTrainer, PPOTrainer (a critic) or RegenTrainer (replays)
         model=model,
         processing_class=tokenizer,
         args=args,

@@ -341,6 +341,7 @@ class RLPostTrainer(GRPOTrainer):
             term, reg_metrics = regularizer(x)
             per_token = per_token + term
             metrics.update({f"{name}/{k}": v for k, v in reg_metrics.items()})
+        per_token = per_token + self._critic_loss(x, metrics)  # PPO's value loss (algorithms/ppo.py); 0 here
 
         grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
         token_normalizer = inputs["rlpost_num_tokens"].clamp(min=1.0) / self.accelerator.num_processes
@@ -361,6 +362,10 @@ class RLPostTrainer(GRPOTrainer):
                 self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item()
             )
         return loss
+
+    def _critic_loss(self, x: LossInputs, metrics: dict[str, float]) -> torch.Tensor | float:
+        """Hook: an extra per-token loss term [B, T]; PPOTrainer (algorithms/ppo.py) adds its value loss."""
+        return 0.0
 
     # ---- seam 5: gradient transforms -------------------------------------------------------
     def _clip_grad_norm(self, model):

@@ -6,6 +6,7 @@ from pathlib import Path
 
 from trl import GRPOConfig, GRPOTrainer
 
+from rlpost.algorithms import trainer_class
 from rlpost.build import build_run
 from rlpost.cli import compose
 from rlpost.data import load_datasets
@@ -50,7 +51,7 @@ def train_plain_trl(run, out: Path, **trl_overrides) -> GRPOTrainer:
 def rlpost_trainer(run, out: Path, **kwargs) -> RLPostTrainer:
     """An RLPostTrainer on the run's model and data, not yet trained."""
     train_set, _ = load_datasets(run.data)
-    return RLPostTrainer(
+    return trainer_class(run)(
         model=load_model(run.model),
         args=grpo_args(run, out),
         train_dataset=train_set,

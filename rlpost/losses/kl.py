@@ -18,6 +18,8 @@ Placement:
 - ``reward``: classic RLHF (Ziegler et al. 2019): the detached sequence sum of the estimator over
   the completion tokens, times ``coef``, is subtracted from the reward before the advantages.
   ``kl_reward_penalty`` returns that (positive) penalty; the natural estimator there is k1.
+- ``token``: standard RLHF PPO: ``-coef * kl_t`` is each token's own reward, before GAE (needs a
+  critic: ``algorithm=ppo``; ``rlpost/algorithms/ppo.py``).
 Choices: ``coef=0`` disables KL (no reference model needed); the reward penalty is detached.
 """
 
@@ -41,15 +43,15 @@ class KLConfig:
 
     coef: float = 0.0  # beta; 0 disables the KL term and the reference model
     estimator: Estimator = "k3"  # per-token estimator: k1 (log-ratio), k2 (half squared), k3 (TRL's)
-    placement: Literal["loss", "reward"] = "loss"  # add beta*kl to the per-token loss, or subtract from reward
+    placement: Literal["loss", "reward", "token"] = "loss"  # in the per-token loss, the reward, or each token's reward (PPO)
 
     def __post_init__(self) -> None:
         if self.coef < 0:
             raise ValueError(f"KL coef must be >= 0, got {self.coef}")
         if self.estimator not in ESTIMATORS:
             raise ValueError(f"Unknown KL estimator {self.estimator!r}. Valid choices: {', '.join(ESTIMATORS)}.")
-        if self.placement not in ("loss", "reward"):
-            raise ValueError(f"Unknown KL placement {self.placement!r}. Valid choices: loss, reward.")
+        if self.placement not in ("loss", "reward", "token"):
+            raise ValueError(f"Unknown KL placement {self.placement!r}. Valid choices: loss, reward, token.")
 
 
 def kl_estimate(logps: torch.Tensor, ref_logps: torch.Tensor, estimator: Estimator = "k3") -> torch.Tensor:

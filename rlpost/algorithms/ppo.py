@@ -1,0 +1,185 @@
+"""``algorithm=ppo`` / ``ppo_or``: PPO with a critic and GAE on TRL's generation (seed 000 #29, 000 #16).
+
+TRL 1.16 has no PPOTrainer, so PPO is RLPostTrainer plus a critic; everything else is the seams:
+
+1. Rollout (seam 3, ``_rollout_statistics``): after TRL generated and scored the batch, a no-grad
+   forward gives the rollout values V_old [B, T] (``critic.py``) and the rollout policy's log-probs;
+   with ``kl.placement=token`` the per-token reward ``-coef * KL_est(pi_rollout || ref)`` is added.
+   Both go into ``GroupBatch.extras``; the ``gae`` advantage turns them and the combined task reward
+   into whitened token advantages [N, T] and value targets R (``advantages/gae.py``).
+2. Loss (seam 4, hook ``_critic_loss``): the policy loss is the run's ``loss`` component (``clip``
+   for PPO, ``output_reset`` for PPO-OR) on TRL's behaviour log-probs (``old_per_token_logps``); the
+   clipped value loss times ``value_coef`` is added per token, then the run's one aggregation.
+3. Optimizer, clipping, checkpoints: the critic is a parameter group of TRL's optimizer with its own
+   learning rate, clipped on its own, zeroed after each optimizer step, saved as ``critic.safetensors``
+   with every checkpoint and the final model, and restored on resume.
+
+PPO epochs are ``train.num_iterations`` (each pass over a generation batch is one optimizer step,
+split into micro-batches of ``train.micro_batch_size``). TRL 1.16 refuses fewer than 2 completions
+per prompt (GRPOConfig), so PPO runs with G >= 2; GAE ignores the grouping (each completion is its
+own episode), so G only sets how many prompts a step samples.
+Not supported yet: ZeRO-3 (refused at build time); with several processes the critic's gradients
+are averaged by hand (an all-reduce before clipping).
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+from transformers import TrainerCallback
+
+from rlpost.algorithms.critic import CriticModel, ValueHead, completion_values, value_loss
+from rlpost.losses.base import LossInputs
+from rlpost.losses.kl import kl_estimate
+from rlpost.trainer import RLPostTrainer
+
+CRITIC_FILE = "critic.safetensors"
+
+
+class _ZeroCriticGrads(TrainerCallback):
+    """The Trainer zeroes only the policy's gradients after a step; the critic's are zeroed here."""
+
+    def __init__(self, critic: torch.nn.Module):
+        self.critic = critic
+
+    def on_optimizer_step(self, args, state, control, **kwargs):
+        self.critic.zero_grad(set_to_none=True)
+
+
+class PPOTrainer(RLPostTrainer):
+    """RLPostTrainer with a critic: values at rollout, GAE advantages (``gae``), value loss in the loss."""
+
+    def __init__(self, *args: Any, run, model, **kwargs):
+        cfg = run.algorithm.critic
+        self.critic_cfg = cfg
+        self._hidden: list[torch.Tensor] | None = None  # backbone outputs captured while not None
+        self._loss_batch: dict | None = None  # the micro-batch whose policy forward also yields the values
+        self._loss_values: torch.Tensor | None = None
+        if cfg.kind == "head":
+            self.critic = ValueHead(model.config.get_text_config().hidden_size)
+            model.base_model.register_forward_hook(self._capture_hidden)
+        else:
+            self.critic = CriticModel(model)  # copied before TRL wraps the policy (LoRA, ...)
+        super().__init__(*args, run=run, model=model, **kwargs)
+        self.critic.to(self.accelerator.device)
+        self.add_callback(_ZeroCriticGrads(self.critic))
+        self._extras: dict[str, torch.Tensor] = {}
+        self._old_values: torch.Tensor | None = None
+
+    def _capture_hidden(self, module, args, output) -> None:
+        if self._hidden is not None:
+            self._hidden.append(output.last_hidden_state)
+
+    def _values(self, batch: dict, forward) -> tuple[torch.Tensor, Any]:
+        """V(s_t) [B, T] of the batch's completion tokens, and what ``forward()`` (the policy pass) returned."""
+        completion_length = batch["completion_ids"].size(1)
+        if self.critic_cfg.kind == "head":
+            self._hidden = []
+            try:
+                result = forward()
+            finally:
+                hidden, self._hidden = self._hidden, None
+            return completion_values(self.critic(torch.cat(hidden, dim=0)), completion_length), result
+        result = forward()
+        input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
+        attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
+        return completion_values(self.critic(input_ids, attention_mask), completion_length), result
+
+    # ---- rollout: values, per-token KL reward (extras of the group batch) -----------------------
+    def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:
+        stats = super()._rollout_statistics(output)
+        with torch.no_grad():
+            values, logps = self._values(output, lambda: self._sampling_logps(output)[0])
+        mask = self._loss_mask(output)
+        self._old_values = values * mask
+        stats["values"] = self._gather_padded(self._old_values)
+        kl = self.run.algorithm.kl
+        if kl.coef > 0 and kl.placement == "token":
+            penalty = kl.coef * kl_estimate(logps, output["ref_per_token_logps"], kl.estimator) * mask  # [B, T]
+            stats["token_rewards"] = self._gather_padded(-penalty)
+            self._metrics["train"]["kl/token_penalty_sum_mean"].append(
+                self.accelerator.gather(penalty.sum(-1)).mean().item()
+            )
+        self._extras = stats  # the gae advantage writes extras["returns"] into this dict
+        return stats
+
+    def _generate_and_score_completions(self, inputs):
+        output = super()._generate_and_score_completions(inputs)
+        if "returns" not in self._extras:
+            raise RuntimeError("algorithm.critic is set but the advantage wrote no returns (use advantage=gae)")
+        length = output["completion_ids"].size(1)
+        output["rlpost_returns"] = self._extras["returns"][self._process_slice(len(inputs))][:, :length]
+        output["rlpost_old_values"] = self._old_values
+        return output
+
+    # ---- loss: the clipped value loss added per token (hook in RLPostTrainer._compute_loss) -------
+    def _compute_loss(self, model, inputs):
+        self._loss_batch, self._loss_values = inputs, None
+        try:
+            return super()._compute_loss(model, inputs)
+        finally:
+            self._loss_batch = None
+
+    def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
+        batch = self._loss_batch
+        if batch is None:  # rollout, reference and evaluation passes
+            return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        self._loss_batch = None  # the loss's one policy forward: its values come with it
+        values, result = self._values(
+            batch, lambda: super(PPOTrainer, self)._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        )
+        self._loss_values = values
+        return result
+
+    def _critic_loss(self, x: LossInputs, metrics: dict[str, float]) -> torch.Tensor:
+        if self._loss_values is None:
+            raise RuntimeError("PPO value loss: the policy forward of this micro-batch produced no values")
+        cfg = self.critic_cfg
+        loss, value_metrics = value_loss(
+            self._loss_values, x.batch["rlpost_old_values"], x.batch["rlpost_returns"], x.mask, cfg.value_clip
+        )
+        metrics.update(value_metrics)
+        return cfg.value_coef * loss
+
+    # ---- optimizer: the critic's own parameter group; its own clipping --------------------------
+    def create_optimizer(self, model=None):
+        optimizer = super().create_optimizer(model)
+        params = [p for p in self.critic.parameters() if p.requires_grad]
+        known = {id(p) for group in optimizer.param_groups for p in group["params"]}
+        if any(id(p) in known for p in params):  # create_optimizer called again: the group exists
+            return optimizer
+        lr = self.critic_cfg.learning_rate or self.args.learning_rate
+        optimizer.add_param_group({"params": params, "lr": lr, "weight_decay": 0.0})
+        return optimizer
+
+    def _clip_grad_norm(self, model):
+        params = [p for p in self.critic.parameters() if p.grad is not None]
+        if params:
+            if self.accelerator.num_processes > 1:  # the critic is outside DDP: average its gradients by hand
+                for p in params:
+                    torch.distributed.all_reduce(p.grad)
+                    p.grad /= self.accelerator.num_processes
+            norm = torch.nn.utils.clip_grad_norm_(params, self.args.max_grad_norm)
+            self._metrics["train"]["critic/grad_norm"].append(norm.item())
+        return super()._clip_grad_norm(model)
+
+    # ---- checkpoints: critic.safetensors next to the policy's weights ----------------------------
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        super()._save(output_dir, state_dict=state_dict)
+        if self.args.should_save:
+            output_dir = output_dir if output_dir is not None else self.args.output_dir
+            weights = {k: v.detach().cpu().contiguous() for k, v in self.critic.state_dict().items()}
+            save_file(weights, os.path.join(output_dir, CRITIC_FILE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, CRITIC_FILE)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(
+                    f"resuming PPO from {checkpoint}: it has no {CRITIC_FILE} (not a PPO checkpoint?)"
+                )
+            self.critic.load_state_dict(load_file(path, device=str(self.accelerator.device)))
+        super()._load_optimizer_and_scheduler(checkpoint)
