@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 from rlpost.algorithms.ppo import CRITIC_FILE, PPOTrainer
 from rlpost.models import load_model
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from trainer_utils import HASH_REWARD, make_run, rlpost_trainer, step_logs, train_rlpost
 
 ONE_EPOCH = ["train.steps=2", "train.micro_batch_size=4", "algorithm.critic.learning_rate=1e-2"]
 REPO = Path(__file__).resolve().parent.parent
@@ -133,6 +133,7 @@ def test_ppo_two_steps_on_smollm2_through_the_cli(tmp_path):
             "train",
             "algorithm=ppo",
             "model=smollm2-135m",
+            HASH_REWARD,  # a dense reward: 4 exact-answer zeros would leave returns, advantages and gradients 0
             "train.steps=2",
             "train.num_iterations=2",
             "train.num_generations=4",
