@@ -27,6 +27,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
     ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
     ("reward/combine", "decoupled"): ["reward=math_answer_format"],
+    ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
 }
 
 
@@ -55,10 +56,12 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
     (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
     (tmp / "rm" / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}')
     stand_in_replay(tmp / "replay")
+    (tmp / "rm" / "rlpost_reward_model.json").write_text('{"score_mean": 0.0, "score_std": 1.0}')  # normalize=heldout
     return {
         ("algorithm", "regen"): [f"algorithm.replay=['{tmp / 'replay'}']"],
         ("reward", "reward_model"): [f"reward.terms.0.params.path={tmp / 'rm'}"],
         ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
+        ("recipe", "ppo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("model", "hf"): [f"model.path={tmp / 'model'}"],
         ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],
         ("data", "parquet"): [f"data.path={tmp / 'rows.parquet'}"],
@@ -153,6 +156,10 @@ def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
         needs = [*NEEDS.get(("algorithm/advantage", option), []), *required.get(("algorithm", bundle), [])]
         cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *needs])
         assert OmegaConf.to_container(cfg.algorithm.advantage) == own_node("advantage", option), (bundle, option)
+        if cfg.algorithm.get("critic") and option != "gae":  # PPO's critic feeds only GAE: refused by name
+            with pytest.raises(ConfigError, match="algorithm.critic is set but algorithm/advantage="):
+                build_run(cfg)
+            continue
         build_run(cfg)
 
 

@@ -16,7 +16,7 @@ from transformers import TrainerCallback
 from rlpost.algorithms.ppo import CRITIC_FILE, PPOTrainer
 from rlpost.models import load_model
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from trainer_utils import HASH_REWARD, make_run, rlpost_trainer, step_logs, train_rlpost
 
 ONE_EPOCH = ["train.steps=2", "train.micro_batch_size=4", "algorithm.critic.learning_rate=1e-2"]
 REPO = Path(__file__).resolve().parent.parent
@@ -88,6 +88,17 @@ def test_ppo_or_bundle_with_a_separate_critic_model(tmp_path):
     assert all(finite(log, "value/loss") and finite(log, "or/residual_mean") for log in step_logs(trainer))
 
 
+def test_ppo_with_lora_trains_the_adapter_and_the_head(tmp_path):
+    run = make_run(["algorithm=ppo", *PPO, "train.steps=1", "model.lora.enabled=true", "model.lora.r=4"])
+    trainer = rlpost_trainer(run, tmp_path)
+    critic, policy = params_of(trainer.critic), params_of(trainer.model)
+    trainer.train()
+    changed = {n for n, p in params_of(trainer.model).items() if not torch.equal(p, policy[n])}
+    assert changed and all("lora_" in n for n in changed)  # the hook on the wrapped backbone still feeds the head
+    assert moved(critic, params_of(trainer.critic)) == len(critic)
+    assert finite(step_logs(trainer)[0], "value/loss")
+
+
 class RecordAtFirstStep(TrainerCallback):
     """What the resumed trainer holds when its first step begins (after the checkpoint is loaded)."""
 
@@ -133,6 +144,7 @@ def test_ppo_two_steps_on_smollm2_through_the_cli(tmp_path):
             "train",
             "algorithm=ppo",
             "model=smollm2-135m",
+            HASH_REWARD,  # a dense reward: 4 exact-answer zeros would leave returns, advantages and gradients 0
             "train.steps=2",
             "train.num_iterations=2",
             "train.num_generations=4",

@@ -6,8 +6,8 @@ Two kinds (``algorithm.critic.kind``), seed 000 #29 and 000 #16 leave the critic
   backbone output TRL's fused LM head reads; captured by a forward hook, so the policy forward of the
   loss also yields the values at no extra cost). The value loss back-propagates into the shared
   backbone, as in TRL's old ``AutoModelForCausalLMWithValueHead``.
-- ``model``: a separate critic, a copy of the policy's initial backbone (before any LoRA adapter) with
-  its own value head and its own forward; the policy's parameters get no value-loss gradient.
+- ``model``: a separate critic, a float32 copy of the policy's initial backbone (before any LoRA
+  adapter; fully trained) with its own value head and forward; the policy gets no value-loss gradient.
 
 Either way the critic is a module owned by the trainer, not a submodule of the policy (the policy's
 checkpoints and final folder stay plain transformers folders). Its parameters form their own
@@ -77,7 +77,7 @@ class CriticModel(nn.Module):
 
     def __init__(self, policy: nn.Module):
         super().__init__()
-        self.backbone = copy.deepcopy(policy.base_model)  # the decoder without the LM head
+        self.backbone = copy.deepcopy(policy.base_model).float()  # the decoder without the LM head, in fp32
         self.head = ValueHead(policy.config.get_text_config().hidden_size)
 
     def forward(self, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> torch.Tensor:
