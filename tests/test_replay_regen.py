@@ -20,11 +20,11 @@ from rlpost.cli import compose
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.models import load_model, load_tokenizer
-from rlpost.replay import COLUMNS, as_text, read_meta, tokenizer_fingerprint
+from rlpost.replay import COLUMNS, ReplayWriter, as_text, read_meta, tokenizer_fingerprint
 from rlpost.rewards.base import completion_text
 from rlpost.train import train
 
-from trainer_utils import HASH_REWARD, TINY, grpo_args
+from trainer_utils import HASH_REWARD, TINY, grpo_args, rlpost_trainer
 
 NO_EVAL = ["eval.at_start=false", "eval.at_end=false", "logging.plots=false"]
 
@@ -162,3 +162,23 @@ def test_regen_config_errors(recorded, tmp_path):
     run = build_run(compose(regen_overrides(other)))
     with pytest.raises(ConfigError, match="tokenizer 'gpt2'"):
         run.algorithm.offline.check_tokenizer(load_tokenizer(run.model))
+
+
+def test_replay_reuses_trls_rollout_logps(tmp_path):
+    """With num_iterations=2 TRL computes old_per_token_logps itself: the replay stores those, no extra forward."""
+    run = build_run(compose([*TINY, HASH_REWARD, "train.num_iterations=2", "train.steps=1"]))
+    trainer = rlpost_trainer(run, tmp_path, replay=ReplayWriter(tmp_path / "rollouts"))
+    extra_forwards = []
+    sampling_logps = trainer._sampling_logps
+    trainer._sampling_logps = lambda *a, **k: extra_forwards.append(1) or sampling_logps(*a, **k)
+    fresh = load_model(run.model)  # the weights that sampled step 0
+    trainer.train()
+    assert extra_forwards == []
+    frame = pd.read_parquet(tmp_path / "rollouts" / "step-000000-rank0.parquet")
+    assert len(frame) == 8
+    for _, row in frame.iterrows():
+        ids = torch.tensor([list(row["prompt_ids"]) + list(row["completion_ids"])])
+        with torch.no_grad():
+            logits = fresh(ids).logits[0, len(row["prompt_ids"]) - 1 : -1]
+        expected = logits.log_softmax(-1).gather(1, torch.tensor(list(row["completion_ids"]))[:, None])[:, 0]
+        assert torch.allclose(torch.tensor(list(row["behaviour_logps"]), dtype=torch.float32), expected, atol=1e-4)

@@ -132,24 +132,16 @@ class _ReplayBatches(GRPOTrainer):
         rows = [self._replay_groups[x["regen_group"]][(offset + i) % group_size] for i, x in enumerate(inputs)]
         for x, row in zip(inputs, rows):  # the dataset row as recorded, for components that read columns
             x.update(json.loads(row["row"]))
-        token_pad = self._tokenizer.pad_token_id
         lengths = [int(r["length"]) for r in rows]
-        tensors = lambda key, dtype: [torch.tensor(list(r[key]), dtype=dtype) for r in rows]  # noqa: E731
-        prompt_ids = pad(tensors("prompt_ids", torch.long), padding_value=token_pad, padding_side="left").to(device)
-        prompt_mask = pad(
-            [torch.ones(len(r["prompt_ids"]), dtype=torch.long) for r in rows], padding_value=0, padding_side="left"
-        ).to(device)
-        completion_ids = pad(tensors("completion_ids", torch.long), padding_value=token_pad, padding_side="right").to(
-            device
-        )
-        completion_mask = pad(
-            [torch.ones(n, dtype=torch.long) for n in lengths], padding_value=0, padding_side="right"
-        ).to(device)
-        if self.mask_truncated_completions:
-            completion_mask = (
-                completion_mask * torch.tensor([not r["truncated"] for r in rows], device=device).long()[:, None]
-            )
-        behaviour = pad(tensors("behaviour_logps", torch.float32), padding_value=0.0, padding_side="right").to(device)
+        token_pad = self._tokenizer.pad_token_id
+        prompt_ids = padded(rows, "prompt_ids", token_pad, "left").to(device)
+        prompt_mask = padded([{"m": [1] * len(r["prompt_ids"])} for r in rows], "m", 0, "left").to(device)
+        completion_ids = padded(rows, "completion_ids", token_pad, "right").to(device)
+        completion_mask = padded([{"m": [1] * n} for n in lengths], "m", 0, "right").to(device)
+        if self.mask_truncated_completions:  # as TRL: truncated completions leave attention and loss
+            kept = torch.tensor([not r["truncated"] for r in rows], device=device).long()
+            completion_mask = completion_mask * kept[:, None]
+        behaviour = padded(rows, "behaviour_logps", 0.0, "right", torch.float32).to(device)
         output = {
             "prompt_ids": prompt_ids,
             "prompt_mask": prompt_mask,
@@ -213,6 +205,11 @@ class RegenTrainer(RLPostTrainer, _ReplayBatches):
 
     def _generate(self, prompts: list):
         raise RuntimeError("algorithm=regen trains from its replay and must never generate")
+
+
+def padded(rows: list[dict], key: str, value: float, side: str, dtype=torch.long) -> torch.Tensor:
+    """The lists ``row[key]`` of every row as one ``[B, T_max]`` tensor padded with ``value`` on ``side``."""
+    return pad([torch.tensor(list(r[key]), dtype=dtype) for r in rows], padding_value=value, padding_side=side)
 
 
 def load_groups(folders: list, group_size: int) -> list[list[dict]]:
