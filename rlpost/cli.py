@@ -23,7 +23,7 @@ USAGE = """usage: rlpost <command> [overrides]
 commands:
   train   train a policy: rlpost train algorithm=dapo reward=math_answer [-m for sweeps]
   show    the composed config and a plain-language explanation of the run
-  list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad|correction]
+  list    registered components: rlpost list [advantage|loss|regularizer|reward|combine|grad|correction|rollout]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
   train-rm  a Bradley-Terry reward model from preference pairs: rlpost train-rm [model=...] [data.train=pairs.jsonl]
   merge   interpolate / task-arithmetic / TIES checkpoints, merge LoRA: rlpost merge models=[A,B] alpha=0.5 [-m]

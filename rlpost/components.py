@@ -43,16 +43,6 @@ import rlpost.losses.output_reset  # noqa: F401
 import rlpost.regularizers.air  # noqa: F401
 import rlpost.regularizers.entropy  # noqa: F401
 
-# rollout strategies
-import rlpost.rollouts.draft_injection  # noqa: F401
-import rlpost.rollouts.feedback_refine  # noqa: F401
-import rlpost.rollouts.forced_refusal  # noqa: F401
-import rlpost.rollouts.generic_negative  # noqa: F401
-import rlpost.rollouts.hindsight_critique  # noqa: F401
-import rlpost.rollouts.none  # noqa: F401
-import rlpost.rollouts.reflect_revise  # noqa: F401
-import rlpost.rollouts.rubric_guidance  # noqa: F401
-
 # rewards
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
@@ -71,3 +61,13 @@ import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
+
+# rollout strategies
+import rlpost.rollouts.draft_injection  # noqa: F401
+import rlpost.rollouts.feedback_refine  # noqa: F401
+import rlpost.rollouts.forced_refusal  # noqa: F401
+import rlpost.rollouts.generic_negative  # noqa: F401
+import rlpost.rollouts.hindsight_critique  # noqa: F401
+import rlpost.rollouts.none  # noqa: F401
+import rlpost.rollouts.reflect_revise  # noqa: F401
+import rlpost.rollouts.rubric_guidance  # noqa: F401

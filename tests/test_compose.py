@@ -212,3 +212,18 @@ def test_comment_rule_catches_a_bare_key(tmp_path):
     sample = tmp_path / "x.yaml"
     sample.write_text("# header\nblock:\n  a: 1  # fine\n  b: 2\nnested:\n  - name: x\n")
     assert uncommented_keys(sample, tmp_path) == ["x.yaml:4: b: 2", "x.yaml:5: nested:", "x.yaml:6: - name: x"]
+
+
+@pytest.mark.parametrize("rollout", group_options("algorithm/rollout"))
+def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, required):
+    """``algorithm/rollout=X`` with each named method (the swapped node is exactly X's own file and the
+    bundle's advantage/loss stay) and with each ``reward=...`` (a reward's NEEDS and required values)."""
+    for bundle in BUNDLES:
+        cfg = compose([f"algorithm={bundle}", f"algorithm/rollout={rollout}"])
+        assert OmegaConf.to_container(cfg.algorithm.rollout) == own_node("rollout", rollout), (bundle, rollout)
+        run = build_run(cfg)
+        assert type(run.algorithm.rollout).registry_name == rollout and run.algorithm.name == bundle
+    for reward in group_options("reward"):
+        cfg = compose([f"reward={reward}", f"algorithm/rollout={rollout}", *required.get(("reward", reward), [])])
+        run = build_run(cfg)
+        assert type(run.algorithm.rollout).registry_name == rollout

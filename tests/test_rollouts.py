@@ -8,6 +8,7 @@ import math
 
 import pytest
 import torch
+from test_config_errors import assert_clean_failure, no_launch  # noqa: F401  (fixture)
 
 from rlpost import cli
 from rlpost.build import build_run
@@ -18,8 +19,6 @@ from rlpost.rollouts.conditioned import revise_prompt
 from rlpost.rollouts.forced_refusal import ForcedRefusal, refusal_rewards
 from rlpost.rollouts.generic_negative import negative_baseline_rewards
 from rlpost.rollouts.rubric_guidance import missed_criteria, rise_keep, weighted_mean
-
-from test_config_errors import assert_clean_failure, no_launch  # noqa: F401  (fixture)
 
 NAN = float("nan")
 
@@ -80,9 +79,18 @@ def test_rollout_rows_put_and_force():
     a = Rollouts([[1, 2]] * 2, [[5], [6, 7]], [[1], [1, 1]], ["x", "y"], [[-0.1], [-0.2, -0.3]], {"env": ["a", "b"]})
     out = Rollouts.empty(3, a)
     out.put(0, a, 1, "natural")
-    assert (out.completion_ids[0], out.tool_mask[0], out.logprobs[0], out.extra_fields["env"][0]) == ([6, 7], [1, 1], [-0.2, -0.3], "b")
+    assert (out.completion_ids[0], out.tool_mask[0], out.logprobs[0], out.extra_fields["env"][0]) == (
+        [6, 7],
+        [1, 1],
+        [-0.2, -0.3],
+        "b",
+    )
     out.force(1, [9, 9, 2], "None", "forced_refusal")
-    assert out.logprobs[1] == [None] * 3 and out.tool_mask[1] == [1, 1, 1] and out.kinds[:2] == ["natural", "forced_refusal"]
+    assert (
+        out.logprobs[1] == [None] * 3
+        and out.tool_mask[1] == [1, 1, 1]
+        and out.kinds[:2] == ["natural", "forced_refusal"]
+    )
     b = Rollouts([[1]], [[4, 4]], None, ["z"], None, {})
     out.put(2, b, 0, "conditioned")  # a row without logprobs/tool mask: NaN log-probs, all-model tokens
     assert out.logprobs[2] == [None, None] and out.tool_mask[2] == [1, 1]
@@ -91,7 +99,11 @@ def test_rollout_rows_put_and_force():
 
 def test_conditioned_prompts():
     chat = [{"role": "system", "content": "s"}, {"role": "user", "content": "What is 2+2?"}]
-    assert revise_prompt(chat, "5", "Wrong.") == [*chat, {"role": "assistant", "content": "5"}, {"role": "user", "content": "Wrong."}]
+    assert revise_prompt(chat, "5", "Wrong.") == [
+        *chat,
+        {"role": "assistant", "content": "5"},
+        {"role": "user", "content": "Wrong."},
+    ]
     assert revise_prompt(chat, None, "Hint.")[-1] == {"role": "user", "content": "What is 2+2?\n\nHint."}
     assert chat[-1]["content"] == "What is 2+2?"  # x itself is untouched
     assert revise_prompt("Q: 2+2?\nA:", " 5", "Wrong.") == "Q: 2+2?\nA: 5\n\nWrong.\n"
@@ -108,15 +120,43 @@ def test_every_bundle_defaults_to_plain_sampling():
 @pytest.mark.parametrize(
     ("overrides", "message"),
     [
-        (["algorithm/rollout=forced_refusal", "algorithm.rollout.min_refusals=4"], "min_refusals=4 must be smaller than train.num_generations=4"),
-        (["algorithm/rollout=generic_negative", "algorithm.rollout.count=4"], "count=4 must be smaller than train.num_generations=4"),
-        (["algorithm/rollout=feedback_refine", "train.num_generations=2", "train.completions_per_step=8", "algorithm.rollout.refine_per_group=2"], "refine_per_group=2 must be smaller than train.num_generations=2"),
-        (["algorithm/rollout=draft_injection", "algorithm.rollout.path=nowhere.jsonl"], "algorithm.rollout.path='nowhere.jsonl': no such file"),
+        (
+            ["algorithm/rollout=forced_refusal", "algorithm.rollout.min_refusals=4"],
+            "min_refusals=4 must be smaller than train.num_generations=4",
+        ),
+        (
+            ["algorithm/rollout=generic_negative", "algorithm.rollout.count=4"],
+            "count=4 must be smaller than train.num_generations=4",
+        ),
+        (
+            [
+                "algorithm/rollout=feedback_refine",
+                "train.num_generations=2",
+                "train.completions_per_step=8",
+                "algorithm.rollout.refine_per_group=2",
+            ],
+            "refine_per_group=2 must be smaller than train.num_generations=2",
+        ),
+        (
+            ["algorithm/rollout=draft_injection", "algorithm.rollout.path=nowhere.jsonl"],
+            "algorithm.rollout.path='nowhere.jsonl': no such file",
+        ),
         (["algorithm/rollout=draft_injection", "algorithm.rollout.source=model"], "source=model needs model"),
-        (["algorithm/rollout=draft_injection", "algorithm.rollout.source=model", "+algorithm.rollout.model={source: tiny_random}", "train.completions_per_step=4"], "needs >= 2"),
+        (
+            [
+                "algorithm/rollout=draft_injection",
+                "algorithm.rollout.source=model",
+                "+algorithm.rollout.model={source: tiny_random}",
+                "train.completions_per_step=4",
+            ],
+            "needs >= 2",
+        ),
         (["algorithm/rollout=hindsight_critique", "algorithm.rollout.judge.mode=scale"], "judge.mode must be yes_no"),
         (["algorithm/rollout=hindsight_critique", "algorithm.rollout.judge.backend=nope"], "Unknown judge 'nope'"),
-        (["algorithm/rollout=rubric_guidance", "algorithm.rollout.rubric.rubric=missing.yaml"], "algorithm.rollout.rubric.rubric"),
+        (
+            ["algorithm/rollout=rubric_guidance", "algorithm.rollout.rubric.rubric=missing.yaml"],
+            "algorithm.rollout.rubric.rubric",
+        ),
         (["algorithm/rollout=forced_refusal", "+algorithm.rollout.min_refusal=1"], "Did you mean 'min_refusals'?"),
         (["algorithm/rollout=forced_refusal", "algorithm.rollout.penalty=-1"], "penalty >= 0"),
     ],
@@ -129,10 +169,17 @@ def test_bad_rollout_config_is_a_config_error(overrides, message):
 
 def test_unknown_rollout_fails_cleanly_on_the_cli(no_launch, capsys):  # noqa: F811
     code = cli.main(["train", "algorithm/rollout=forced_refusl"])
-    expected = ["algorithm/rollout/forced_refusl", "Did you mean 'forced_refusal'?", "generic_negative", "draft_injection"]
+    expected = [
+        "algorithm/rollout/forced_refusl",
+        "Did you mean 'forced_refusal'?",
+        "generic_negative",
+        "draft_injection",
+    ]
     assert_clean_failure(code, capsys.readouterr().err, expected, no_launch)
     code = cli.main(["train", "algorithm/rollout=generic_negative", "algorithm.rollout.count=9"])
-    assert_clean_failure(code, capsys.readouterr().err, ["algorithm.rollout.count=9", "train.num_generations=4"], no_launch)
+    assert_clean_failure(
+        code, capsys.readouterr().err, ["algorithm.rollout.count=9", "train.num_generations=4"], no_launch
+    )
 
 
 def test_rlpost_list_shows_the_rollouts_with_their_seeds():

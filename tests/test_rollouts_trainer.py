@@ -161,7 +161,9 @@ def test_forced_refusal_groups_of_unanswerable_prompts_hold_refusals_and_answera
 
 # ---- generic_negative (CRPO, seed 004 #8) ---------------------------------------------------
 def test_generic_negative_is_in_every_group_below_its_worst_natural_rollout(tmp_path):
-    trainer = train(["algorithm/rollout=generic_negative", "algorithm.rollout.responses=['Sure, happy to help.']"], tmp_path)
+    trainer = train(
+        ["algorithm/rollout=generic_negative", "algorithm.rollout.responses=['Sure, happy to help.']"], tmp_path
+    )
     for b in trainer.batches:
         for start in range(0, 8, 4):
             group = list(range(start, start + 4))
@@ -182,7 +184,12 @@ def test_draft_injection_puts_the_drafts_into_the_learners_context(match, tmp_pa
     path = tmp_path / "drafts.jsonl"
     path.write_text("".join(json.dumps({"question": q, "draft": d}) + "\n" for q, d in drafts.items()))
     trainer = train(
-        [*data_files(tmp_path), "algorithm/rollout=draft_injection", f"algorithm.rollout.path={path}", f"algorithm.rollout.match={match}"],
+        [
+            *data_files(tmp_path),
+            "algorithm/rollout=draft_injection",
+            f"algorithm.rollout.path={path}",
+            f"algorithm.rollout.match={match}",
+        ],
         tmp_path,
     )
     tok = trainer._tokenizer
@@ -292,7 +299,11 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
     for slot in strategy.last:
         start = slot - slot % 4
         natural = [i for i in range(start, start + 4) if b["kinds"][i] == "natural"][:2]
-        scores = strategy.scores([b["rows"][i]["prompt"] for i in [*natural, slot]], [[{"role": "assistant", "content": b["texts"][i]}] for i in [*natural, slot]], [b["rows"][i] for i in [*natural, slot]])
+        scores = strategy.scores(
+            [b["rows"][i]["prompt"] for i in [*natural, slot]],
+            [[{"role": "assistant", "content": b["texts"][i]}] for i in [*natural, slot]],
+            [b["rows"][i] for i in [*natural, slot]],
+        )
         weights = torch.tensor([1.0, 2.0])
         r = [(s * weights).sum().item() / 3 for s in scores]
         assert r[-1] > sum(r[:-1]) / 2

@@ -30,8 +30,6 @@ import random
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import torch
-
 from rlpost.registry import Registry
 
 NATURAL = "natural"
@@ -57,7 +55,17 @@ class Rollouts:
         if images is not None or any(tool_images or []):
             raise NotImplementedError("rollout strategies support text prompts only (the batch has images)")
         kinds = [kind] * len(completion_ids)
-        return cls(list(prompt_ids), list(completion_ids), tool_mask, list(completions), logprobs, dict(extra or {}), images, tool_images, kinds)
+        return cls(
+            list(prompt_ids),
+            list(completion_ids),
+            tool_mask,
+            list(completions),
+            logprobs,
+            dict(extra or {}),
+            images,
+            tool_images,
+            kinds,
+        )
 
     def to_trl(self) -> tuple:
         return (
@@ -173,10 +181,3 @@ class RolloutStrategy(Protocol):
 
 
 ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout")
-
-
-def group_mean(values: torch.Tensor, mask: torch.Tensor, group_size: int) -> torch.Tensor:
-    """Mean of ``values [N]`` over the rows where ``mask [N]`` is true, per group -> ``[N/G]`` (NaN: none)."""
-    v = torch.where(mask, values, torch.zeros_like(values)).view(-1, group_size).sum(1)
-    count = mask.view(-1, group_size).sum(1)
-    return torch.where(count > 0, v / count.clamp(min=1), torch.full_like(v, float("nan")))

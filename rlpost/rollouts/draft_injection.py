@@ -50,7 +50,9 @@ def read_drafts(path: str, file_key: str) -> dict[str, str]:
                 row = json.loads(line)
                 drafts[str(row[file_key])] = str(row["draft"])
             except (json.JSONDecodeError, KeyError, TypeError) as err:
-                raise ConfigError(f"{path} line {number}: need a JSON object with {file_key!r} and 'draft' ({err}).") from None
+                raise ConfigError(
+                    f"{path} line {number}: need a JSON object with {file_key!r} and 'draft' ({err})."
+                ) from None
     if not drafts:
         raise ConfigError(f"{path}: no drafts.")
     return drafts

@@ -47,5 +47,7 @@ class FeedbackRefine(ConditionedRollout):
             group = range(rows[0], rows[0] + ctx.num_generations)
             for j in range(self.cfg.refine_per_group):
                 source = rows[j % len(rows)]
-                requests.append(Request(group, revise_prompt(prompts[source], self.attempt(out, source), note), source, note))
+                requests.append(
+                    Request(group, revise_prompt(prompts[source], self.attempt(out, source), note), source, note)
+                )
         return requests

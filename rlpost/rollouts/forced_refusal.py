@@ -144,7 +144,9 @@ class ForcedRefusal:
         nan = float("nan")
         metrics = {
             "forced_refusal/over_refusal_rate": ref[~u].float().mean().item() if (~u).any() else nan,
-            "forced_refusal/natural_refusal_rate": ref[u & natural].float().mean().item() if (u & natural).any() else nan,
+            "forced_refusal/natural_refusal_rate": ref[u & natural].float().mean().item()
+            if (u & natural).any()
+            else nan,
             "forced_refusal/unanswerable_frac": u.float().mean().item(),
         }
         return out, metrics

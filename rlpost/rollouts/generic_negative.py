@@ -39,7 +39,9 @@ GENERIC = [
 ]
 
 
-def negative_baseline_rewards(rewards: torch.Tensor, generic: torch.Tensor, group_size: int, margin: float) -> torch.Tensor:
+def negative_baseline_rewards(
+    rewards: torch.Tensor, generic: torch.Tensor, group_size: int, margin: float
+) -> torch.Tensor:
     """rewards [N], generic [N] bool -> rewards [N] with r_generic = min(natural r of its group) - margin."""
     grouped = rewards.view(-1, group_size)
     natural = (~generic).view(-1, group_size) & ~torch.isnan(grouped)

@@ -41,7 +41,9 @@ class HindsightCritique(ConditionedRollout):
 
     @dataclass(frozen=True)
     class Config(ConditionedConfig):
-        judge: dict[str, Any] = field(default_factory=lambda: {"backend": "local"})  # judge backend and its Config (rlpost/judges)
+        judge: dict[str, Any] = field(
+            default_factory=lambda: {"backend": "local"}
+        )  # judge backend and its Config (rlpost/judges)
         gold_column: str = "answer"  # data column with the gold answer the judge sees
         fail_below: float = 0.5  # a rollout whose judge score is below this failed
         judge_template: str = JUDGE_TEMPLATE  # {question} {gold} {response} {answer_format}
@@ -55,7 +57,9 @@ class HindsightCritique(ConditionedRollout):
         except ConfigError as err:
             raise ConfigError(str(err)) from None
         if self.judge.mode != "yes_no":
-            raise ConfigError("algorithm.rollout.judge.mode must be yes_no (the judge says whether a rollout is correct)")
+            raise ConfigError(
+                "algorithm.rollout.judge.mode must be yes_no (the judge says whether a rollout is correct)"
+            )
 
     def conditions(self, prompts: list, ctx: RolloutContext, out: Rollouts, natural: list[list[int]]) -> list[Request]:
         col, rows = self.cfg.gold_column, [i for n in natural for i in n]
@@ -74,13 +78,18 @@ class HindsightCritique(ConditionedRollout):
         ctx.log("hindsight_critique/judge_score_mean", _mean([s for s in scores.values() if s is not None]))
         requests = []
         for group_rows in natural:
-            failed = sorted((scores[i], i) for i in group_rows if scores[i] is not None and scores[i] < self.cfg.fail_below)
+            failed = sorted(
+                (scores[i], i) for i in group_rows if scores[i] is not None and scores[i] < self.cfg.fail_below
+            )
             group = range(group_rows[0], group_rows[0] + ctx.num_generations)
             for score, i in failed[: self.cfg.refine_per_group]:
                 gold = ctx.rows[i][col] if self.cfg.reveal_gold else "(withheld)"
                 note = self.cfg.critique.format(gold=gold, score=score)
                 requests.append(Request(group, revise_prompt(prompts[i], self.attempt(out, i), note), i, note))
-        ctx.log("hindsight_critique/failed_frac", sum(s is not None and s < self.cfg.fail_below for s in scores.values()) / len(rows))
+        ctx.log(
+            "hindsight_critique/failed_frac",
+            sum(s is not None and s < self.cfg.fail_below for s in scores.values()) / len(rows),
+        )
         return requests
 
 

@@ -45,7 +45,9 @@ class ReflectRevise(ConditionedRollout):
     def conditions(self, prompts: list, ctx: RolloutContext, out: Rollouts, natural: list[list[int]]) -> list[Request]:
         sources = [(rows, rows[j % len(rows)]) for rows in natural for j in range(self.cfg.refine_per_group)]
         ask = self.cfg.diagnose.format(labels=", ".join(self.cfg.labels))
-        diagnoses = ctx.generate([revise_prompt(prompts[i], self.attempt(out, i), ask) for _, i in sources], "diagnosis")
+        diagnoses = ctx.generate(
+            [revise_prompt(prompts[i], self.attempt(out, i), ask) for _, i in sources], "diagnosis"
+        )
         requests = []
         for (rows, i), completion in zip(sources, diagnoses.completions):
             diagnosis = completion_text(completion)[: self.cfg.max_attempt_chars].strip() or "(none)"

@@ -106,15 +106,21 @@ class RubricGuidance(ConditionedRollout):
         for rows in natural:
             criteria = self._criteria(ctx.rows[rows[0]])
             weights = torch.tensor([c.weight for c in criteria])
-            s = torch.stack(self.scores([prompts[i] for i in rows], [out.completions[i] for i in rows], [ctx.rows[i] for i in rows]))
+            s = torch.stack(
+                self.scores([prompts[i] for i in rows], [out.completions[i] for i in rows], [ctx.rows[i] for i in rows])
+            )
             self._natural_mean[rows[0]] = weighted_mean(s, weights)
             missed = missed_criteria(s, self.cfg.miss_below, self.cfg.miss_fraction)
             missed_total += int(missed.sum())
             if not missed.any():
                 continue
-            note = self.cfg.hint.format(criteria="\n".join(f"- {c.text}" for c, m in zip(criteria, missed.tolist()) if m))
+            note = self.cfg.hint.format(
+                criteria="\n".join(f"- {c.text}" for c, m in zip(criteria, missed.tolist()) if m)
+            )
             group = range(rows[0], rows[0] + ctx.num_generations)
-            requests += [Request(group, revise_prompt(prompts[rows[0]], None, note), None, note)] * self.cfg.refine_per_group
+            requests += [
+                Request(group, revise_prompt(prompts[rows[0]], None, note), None, note)
+            ] * self.cfg.refine_per_group
         ctx.log("rubric_guidance/missed_criteria_per_group", missed_total / len(natural))
         return requests
 
