@@ -5,7 +5,8 @@ A job is a sub-folder of the sweep directory holding ``metrics.jsonl``, ``summar
 ``metrics.jsonl`` (training logs, eval rows at step 0 / every ``eval.every`` / the end); a metric
 absent there is read from ``summary.json`` (``before`` at step 0, ``after`` at the last step) or
 ``eval.json`` (``results``). *final* is the last logged value, *best* the maximum (the minimum for
-metrics listed in ``minimize``) with its step. The overrides column shows only the overrides whose
+metrics listed in ``minimize``) with its step. An eval sweep (``rlpost eval -m``) has one column per
+metric of its results instead. The overrides column shows only the overrides whose
 values differ between jobs; the shared ones are printed once above the table.
 
 The Hydra callback writes ``sweep_summary.md``, ``sweep_summary.csv`` and ``plots/sweep.png`` (one
@@ -107,9 +108,25 @@ def split_overrides(jobs: list[Job]) -> tuple[list[str], dict[str, str]]:
     return common, labels
 
 
+def is_eval_sweep(jobs: list[Job]) -> bool:
+    """Every job is an ``rlpost eval`` job (eval.json, no training log): one value per metric."""
+    return bool(jobs) and all(j.results and not j.rows for j in jobs)
+
+
+def eval_metrics(jobs: list[Job]) -> list[str]:
+    skip = ("num_prompts", "samples_per_prompt")
+    keys = dict.fromkeys(k for j in jobs for k, v in j.results.items() if _number(v) and not k.endswith(skip))
+    return list(keys)
+
+
 def summary_rows(jobs: list[Job], metrics: list[str], minimize: list[str]) -> tuple[list[str], list[list[str]]]:
-    """Header and rows: job, overrides, status, then final and best (with step) per metric, s/step."""
+    """Header and rows: job, overrides, status, then final and best (with step) per metric, s/step.
+    An eval sweep (``is_eval_sweep``) has one value per metric and no s/step."""
     _, labels = split_overrides(jobs)
+    if is_eval_sweep(jobs):
+        header = ["job", "overrides", "status", *metrics]
+        rows = [[j.name, labels[j.name], "done", *(_fmt(j.results.get(m)) for m in metrics)] for j in jobs]
+        return header, rows
     header = ["job", "overrides", "status"]
     for m in metrics:
         header += [f"{m} final", f"{m} best"]
@@ -169,7 +186,9 @@ def write_sweep_files(
     write_atomic(out_dir / "sweep_summary.md", to_markdown(header, rows, common))
     write_atomic(out_dir / "sweep_summary.csv", to_csv(header, rows))
     runs = {f"{j.name}: {labels[j.name]}": j.rows for j in jobs}
-    plot = plot_curves(runs, out_dir / "plots" / "sweep.png", tuple(plot_keys), smooth) if jobs else None
+    plot = (
+        plot_curves(runs, out_dir / "plots" / "sweep.png", tuple(plot_keys), smooth) if jobs and jobs[0].rows else None
+    )
     return {"header": header, "rows": rows, "common": common, "plot": plot, "jobs": len(jobs)}
 
 
@@ -187,5 +206,7 @@ class SweepSummaryCallback(Callback):
 
         sweep_dir = Path(config.hydra.sweep.dir)
         if sweep_dir.is_dir() and job_dirs(sweep_dir):
-            files = write_sweep_files(sweep_dir, sweep_dir, list(DEFAULT_METRICS), list(DEFAULT_MINIMIZE), DEFAULT_KEYS)
+            jobs = load_jobs(sweep_dir)
+            metrics = eval_metrics(jobs) if is_eval_sweep(jobs) else list(DEFAULT_METRICS)
+            files = write_sweep_files(sweep_dir, sweep_dir, metrics, list(DEFAULT_MINIMIZE), DEFAULT_KEYS)
             print(to_markdown(files["header"], files["rows"], files["common"]))

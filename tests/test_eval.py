@@ -194,4 +194,6 @@ def test_eval_multirun_writes_one_result_per_job_and_a_summary(known_data, tmp_p
     results = [json.loads((sweep / job / "eval.json").read_text())["results"] for job in ("0", "1")]
     assert "sampled/pass@2" not in results[0] and results[1]["sampled/pass@2"] == pytest.approx((0 + 1 + 1 + 1) / 4)
     md = (sweep / "sweep_summary.md").read_text()
-    assert "| 0 | samples=0 | done | 0.750 |" in md and "| 1 | samples=2 | done | 0.750 |" in md
+    assert "| job | overrides | status | eval/callable | eval/accuracy |" in md  # one column per result metric
+    assert "| 0 | samples=0 | done | 0.750 | 0.750 |" in md and "| 1 | samples=2 | done | 0.750 | 0.750 |" in md
+    assert "sampled/pass@2" in md.splitlines()[2]

@@ -33,7 +33,10 @@ def metric_names(s: SweepSummarySettings) -> list[str]:
 
     from rlpost.sweep import load_jobs
 
-    logged = list(dict.fromkeys(k for job in load_jobs(Path(s.dir)) for r in job.rows for k in r))
+    jobs = load_jobs(Path(s.dir))
+    logged = list(
+        dict.fromkeys([*(k for job in jobs for r in job.rows for k in r), *(k for j in jobs for k in j.results)])
+    )
     names: list[str] = []
     for m in s.metrics:
         names += [k for k in (fnmatch.filter(logged, m) if any(c in m for c in "*?[") else [m]) if k not in names]
