@@ -325,7 +325,7 @@ class RLPostTrainer(GRPOTrainer):
             ref_logps=inputs.get("ref_per_token_logps"),
             batch=inputs,
         )
-        x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard
+        x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
         per_token, metrics = algo.loss(x)
         if "importance_sampling_ratio" in inputs:  # vLLM rollouts: TRL's truncated IS correction
             per_token = per_token * inputs["importance_sampling_ratio"]
@@ -355,7 +355,6 @@ class RLPostTrainer(GRPOTrainer):
             token_normalizer=token_normalizer,
             max_completion_length=self.max_completion_length,
         )
-        self.safety.on_loss(loss, x, mode)  # non-finite guard, KL for the rollback rule
         metrics["entropy"] = x.masked_mean(entropies.detach())
         for name, value in metrics.items():
             self._metrics[mode][name].append(
@@ -388,9 +387,14 @@ class RLPostTrainer(GRPOTrainer):
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
 
-    # ---- safety: fp32 master weights (rlpost/safety/) ----------------------------------------
+    # ---- safety: fp32 master weights, non-finite loss check (rlpost/safety/kit.py) -------------
     def create_optimizer(self, *args, **kwargs):
         return self.safety.on_optimizer(super().create_optimizer(*args, **kwargs))
+
+    def compute_loss(self, model, inputs, *args, **kwargs):  # the loss that is backpropagated, in any subclass
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        self.safety.on_loss(loss, "train" if self.model.training else "eval")  # non-finite guard
+        return loss
 
     # ---- helpers ---------------------------------------------------------------------------
     def _loss_mask(self, batch: dict) -> torch.Tensor:

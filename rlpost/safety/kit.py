@@ -4,9 +4,9 @@ Built from ``algorithm.safety`` by ``build_run`` (``BuiltRun.algorithm.safety``)
 ``RLPostTrainer.__init__``, so every subclass (PPO included) inherits it through four calls:
 
     seam 3   rewards = kit.on_rewards(task_rewards, metrics, train)   whitening; the step's raw reward
-    seam 4   x = kit.on_loss_inputs(x, mode)                          ratio guard
-             kit.on_loss(loss, x, mode)                               non-finite flag; KL for the rule
-    create_optimizer -> kit.on_optimizer(optimizer)                   fp32 master weights
+    seam 4   x = kit.on_loss_inputs(x, mode)                          ratio guard; KL for the rollback rule
+    compute_loss -> kit.on_loss(loss, mode)                           non-finite flag (the final loss)
+    create_optimizer -> kit.on_optimizer(optimizer)                    fp32 master weights
 and its own ``SafetyCallback``: ``on_pre_optimizer_step`` (after clipping, model still at W_t) runs
 the non-finite check, the rollback rules, snapshots and restores; ``on_step_end`` the LoRA merge.
 
@@ -82,18 +82,19 @@ class SafetyKit:
         return whitened
 
     def on_loss_inputs(self, x, mode: str):
+        """LossInputs -> LossInputs with the guarded ratio; records the micro-batch's KL for the rule."""
+        if mode == "train" and self.cfg.rollback.kl_max is not None and x.ref_logps is not None:
+            self._kl.append(x.masked_mean(kl_estimate(x.logps.detach(), x.ref_logps, "k3")))
         if not self.cfg.ratio_guard.enabled:
             return x
         x, stats = guard_log_ratio(x, self.cfg.ratio_guard.max_log_ratio)
         self._log(stats, mode)
         return x
 
-    def on_loss(self, loss: torch.Tensor, x, mode: str) -> None:
-        if mode != "train" or not self.cfg.any:
-            return
-        self.nonfinite.note_loss(loss)
-        if self.cfg.rollback.kl_max is not None and x.ref_logps is not None:
-            self._kl.append(x.masked_mean(kl_estimate(x.logps.detach(), x.ref_logps, "k3")))
+    def on_loss(self, loss: torch.Tensor, mode: str) -> None:
+        """The micro-batch loss that is backpropagated (``compute_loss``): flags a non-finite one."""
+        if mode == "train" and self.cfg.any:
+            self.nonfinite.note_loss(loss)
 
     # ---- the optimizer step -------------------------------------------------------------------
     def before_optimizer_step(self) -> None:
@@ -152,7 +153,7 @@ class SafetyKit:
         if every and t.state.global_step % every == 0:
             layers = merge_and_reinit(t.model, _inner(t.optimizer), self.masters)
             self.merges += 1
-            self._event("lora_merge", layers=layers)
+            self._event("lora_merge", step=t.state.global_step, layers=layers)  # after the update
         if every:
             self._log({"safety/lora_merges": float(self.merges)}, "train")
 
@@ -165,8 +166,9 @@ class SafetyKit:
         for key, value in metrics.items():
             self.trainer._metrics[mode][key].append(value)
 
-    def _event(self, kind: str, **details: Any) -> None:
-        row = {"step": self.trainer.state.global_step + 1, "event": kind, **details}
+    def _event(self, kind: str, step: int | None = None, **details: Any) -> None:
+        """``step``: the step number metrics.jsonl gives this update (default: the update in progress)."""
+        row = {"step": self.trainer.state.global_step + 1 if step is None else step, "event": kind, **details}
         self.events.append(row)
         log.warning("safety event: %s", row)
         if self.event_sink is not None and self.trainer.accelerator.is_main_process:
