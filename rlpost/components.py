@@ -48,6 +48,7 @@ import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
+import rlpost.rewards.dynamic_rubric  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.group_diversity  # noqa: F401

@@ -180,10 +180,14 @@ class RLPostTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # group rewards (rewards/group.py) split the gathered batch into groups of G
         group_size = self.num_generations if self.model.training else self.num_generations_eval
-        for func in self.reward_funcs:
-            if hasattr(func, "group_size"):
-                func.group_size = group_size
-        self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        grouped = [func for func in self.reward_funcs if hasattr(func, "group_size")]
+        for func in grouped:
+            func.group_size = group_size
+        try:
+            self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:  # outside the trainer (held-out eval) groups are runs of identical prompts again
+            for func in grouped:
+                func.group_size = None
         return self._reward_terms  # [N, R], gathered over processes
 
     # ---- seam 3: rewards -> advantages -----------------------------------------------------

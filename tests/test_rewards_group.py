@@ -297,8 +297,9 @@ def test_ttrl_majority_recipe_builds_label_free():
     from rlpost.cli import compose
 
     run = build_run(compose(["recipe=ttrl_majority"]))
-    (vote,) = run.reward.funcs
-    assert run.reward.names == ["majority_vote"] and vote.cfg.column == "answer" and vote.cfg.ties == "first"
+    _, vote = run.reward.funcs
+    assert run.reward.names == ["math_answer", "majority_vote"] and run.reward.weights.tolist() == [0.0, 1.0]
+    assert vote.cfg.column == "answer" and vote.cfg.ties == "first"
     assert run.settings.train.num_generations == 8
     # the gold column only feeds label_accuracy: a wrong gold does not change the reward
     vote.group_size = 4

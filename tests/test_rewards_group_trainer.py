@@ -46,6 +46,7 @@ def test_two_steps_majority_vote_and_core(tmp_path):
         assert terms_matrix[4 * g : 4 * g + 4, 0].tolist() == expected
     # CoRE ran on the trainer's rlpost_logprob column: rewards in [0, 1], only label holders rewarded
     assert ((terms_matrix[:, 1] >= 0) & (terms_matrix[:, 1] <= 1)).all()
+    assert all(f.group_size is None for f in run.reward.funcs)  # reset after scoring: eval groups by prompt
     moved = any(not torch.equal(start[n], p.detach().cpu()) for n, p in trainer.model.named_parameters())
     assert moved
 

@@ -106,3 +106,100 @@ def test_default_conf_runs_the_local_smollm2_judge():
     # p(0 > 1) from both orders; the two rewards are complementary win rates
     assert out[0] is not None and 0.0 <= out[0] <= 1.0 and out[0] + out[1] == pytest.approx(1.0)
     assert reward.judge.stats["calls"] == 2
+
+
+# ---- dynamic_rubric ---------------------------------------------------------------------------
+
+WRITTEN = (
+    "Checks:\n1. 3 | The response mentions paris\n- The response is polite please\n2 | The response mentions paris\n"
+)
+JUDGE_KEYWORD = "Task: {question}\n\nResponse: {response}\n\nCriterion: {item}\n{answer_format}"
+
+
+@pytest.fixture(scope="module")
+def writer_server():
+    """An OpenAI-compatible endpoint that writes a fixed rubric and records the writer's prompts."""
+    import json
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    seen: list[str] = []
+
+    class Writer(BaseHTTPRequestHandler):
+        def do_POST(self):  # noqa: N802
+            body = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+            seen.append(body["messages"][0]["content"])
+            data = json.dumps({"choices": [{"message": {"role": "assistant", "content": WRITTEN}}]}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+        def log_message(self, *args):
+            pass
+
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Writer)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    yield f"http://127.0.0.1:{httpd.server_address[1]}/v1", seen
+    httpd.shutdown()
+
+
+def dynamic(judge_url, writer_url, **params):
+    judge = {"backend": "openai", "base_url": f"{judge_url}/keyword/v1", "cache": False, "retries": 0}
+    writer = {"backend": "openai", "base_url": writer_url, "timeout_s": 5}
+    cls = REWARDS.get("dynamic_rubric")
+    node = {"judge": judge, "writer": writer, "judge_template": JUDGE_KEYWORD, **params}
+    return cls(build_config(cls.Config, node, "test"))
+
+
+def test_parse_items():
+    from rlpost.rewards.dynamic_rubric import parse_items
+
+    # the header and the repeated check are dropped; "1. 3 | x" is item 1 with weight 3; no weight -> 1
+    assert parse_items(WRITTEN, 4) == [(3.0, "The response mentions paris"), (1.0, "The response is polite please")]
+    assert parse_items(WRITTEN, 1) == [(3.0, "The response mentions paris")]
+    assert parse_items("ok\n\n", 4) == [] and parse_items(None, 4) == []
+    # prose is not an item (SmolLM2-135M's typical reply); a bullet without weight is (weight 1)
+    assert parse_items("The answer is 1.\nThe response is one sentence long.", 4) == []
+    assert parse_items("* The response is one sentence long", 4) == [(1.0, "The response is one sentence long")]
+
+
+def test_dynamic_rubric_by_hand(server, writer_server):  # noqa: F811
+    url, seen = writer_server
+    reward = dynamic(server, url)
+    # items (3, "...paris"), (1, "...please"); keyword judge: Yes iff the item's last word is in the response
+    # "paris please": (3*1 + 1*1)/4 = 1; "paris": 3/4; "london": 0
+    out, logged = score(reward, ["paris please", "paris", "london"], g=3)
+    assert out == pytest.approx([1.0, 0.75, 0.0])
+    assert logged["dynamic_rubric/items"] == 2.0 and logged["dynamic_rubric/writer_fallback"] == 0.0
+    assert logged["dynamic_rubric/judge_calls"] == 6.0  # 3 candidates x 2 items
+    # the writer saw the whole candidate set (response-set-conditioned)
+    assert "Response 1: paris please" in seen[-1] and "Response 3: london" in seen[-1]
+
+
+def test_dynamic_rubric_writer_down_uses_default_items(server):  # noqa: F811
+    import socket
+
+    with socket.socket() as s:  # a port nobody listens on
+        s.bind(("127.0.0.1", 0))
+        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+    reward = dynamic(server, dead, default_items=["The response says hello"])
+    out, logged = score(reward, ["hello there", "bye"], g=2)
+    assert out == [1.0, 0.0] and logged["dynamic_rubric/writer_fallback"] == 1.0
+    with pytest.raises(ConfigError, match=r"params.judge_template: must contain \{item\}"):
+        build_reward_terms([{"name": "dynamic_rubric", "params": {"judge_template": "{question} {response}"}}])
+
+
+@pytest.mark.slow
+def test_dynamic_rubric_conf_with_local_smollm2():
+    import yaml
+    from test_rewards import CONF
+
+    node = yaml.safe_load((CONF / "dynamic_rubric.yaml").read_text())
+    (reward,), _, _ = build_reward_terms(node["terms"])
+    reward.group_size = 2
+    prompt = [{"role": "user", "content": "What is the capital of France?"}]
+    logged = {}
+    out = reward([prompt] * 2, ["Paris.", "I don't know."], log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert all(r is not None and 0.0 <= r <= 1.0 for r in out)
+    assert logged["dynamic_rubric/items"] >= 1  # SmolLM2-135M writes no usable items: default_items (2)

@@ -1,0 +1,122 @@
+"""The rubric writer of dynamic_rubric: a text generator that writes rubric items for a candidate set.
+
+The judge layer (rlpost/judges/) turns prompts into scores; writing rubric items needs free text,
+so the writer is its own small generator with two backends:
+
+- ``local``: any rlpost model config (SmolLM2-135M-Instruct by default), loaded on first use, greedy
+  decoding of ``max_new_tokens`` after the chat template's assistant turn; a separate copy from the
+  policy (a writer that moved with the policy would grade its own drift).
+- ``openai``: an OpenAI-compatible ``/chat/completions`` endpoint (``base_url``, ``model``, key from
+  ``api_key_env``), temperature ``temperature``, ``timeout_s`` per request, no retries (a failed
+  write falls back to the reward's ``default_items``).
+
+``write(prompts [M]) -> texts [M]`` with ``None`` for a prompt whose generation failed.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import urllib.request
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+from rlpost.errors import ConfigError
+from rlpost.models import ModelConfig
+
+logger = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class WriterConfig:
+    backend: Literal["local", "openai"] = "local"  # local model | OpenAI-compatible endpoint
+    model: ModelConfig = field(default_factory=ModelConfig)  # local: the rlpost model config (default SmolLM2)
+    max_new_tokens: int = 128  # length of a written rubric
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # local: where the writer runs
+    base_url: str = "http://localhost:8000/v1"  # openai: endpoint root
+    endpoint_model: str = "gpt-4o-mini"  # openai: the model name the endpoint serves
+    api_key_env: str | None = None  # openai: env var holding the key (null: no key)
+    temperature: float = 0.0  # openai: sampling temperature
+    timeout_s: float = 60.0  # openai: per request
+
+    def __post_init__(self):
+        if self.max_new_tokens < 1 or self.timeout_s <= 0:
+            raise ValueError("max_new_tokens must be >= 1 and timeout_s > 0")
+        if self.backend == "openai" and not self.base_url.startswith(("http://", "https://")):
+            raise ValueError(f"base_url must start with http:// or https://, got {self.base_url!r}")
+
+
+class RubricWriter:
+    """Generates rubric text for prompts (module docstring)."""
+
+    def __init__(self, cfg: WriterConfig):
+        self.cfg = cfg
+        self._model = self._tokenizer = None
+        self._lock = threading.Lock()
+        if cfg.backend == "openai" and cfg.api_key_env and not os.environ.get(cfg.api_key_env):
+            raise ConfigError(f"writer api_key_env={cfg.api_key_env!r}: the environment variable is not set")
+
+    def __getstate__(self):  # pickling (TRL's async worker) drops the loaded model and the lock
+        return {**self.__dict__, "_model": None, "_tokenizer": None, "_lock": None}
+
+    def __setstate__(self, state):
+        self.__dict__.update(state)
+        self._lock = threading.Lock()
+
+    def write(self, prompts: list[str]) -> list[str | None]:
+        if self.cfg.backend == "openai":
+            return [self._post(p) for p in prompts]
+        with self._lock:
+            return self._generate(prompts)
+
+    def _post(self, prompt: str) -> str | None:
+        cfg = self.cfg
+        body = {
+            "model": cfg.endpoint_model,
+            "messages": [{"role": "user", "content": prompt}],
+            "max_tokens": cfg.max_new_tokens,
+            "temperature": cfg.temperature,
+        }
+        headers = {"Content-Type": "application/json"}
+        if cfg.api_key_env:
+            headers["Authorization"] = f"Bearer {os.environ.get(cfg.api_key_env, '')}"
+        url = cfg.base_url.rstrip("/") + "/chat/completions"
+        request = urllib.request.Request(url, data=json.dumps(body).encode(), headers=headers, method="POST")
+        try:
+            with urllib.request.urlopen(request, timeout=cfg.timeout_s) as response:
+                return str(json.loads(response.read().decode("utf-8"))["choices"][0]["message"]["content"])
+        except (OSError, ValueError, KeyError, IndexError, TypeError) as err:
+            logger.warning("rubric writer %s failed: %s", url, err)
+            return None
+
+    def _generate(self, prompts: list[str]) -> list[str | None]:
+        import torch
+
+        from rlpost.models import load_model, load_tokenizer
+
+        if self._model is None:
+            device = self.cfg.device
+            if device == "auto":
+                device = "cuda" if torch.cuda.is_available() else "cpu"
+            self._tokenizer = load_tokenizer(self.cfg.model)
+            self._tokenizer.padding_side = "left"
+            self._model = load_model(self.cfg.model).to(device).eval().requires_grad_(False)
+        tok = self._tokenizer
+        texts = [
+            tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            for p in prompts
+        ]
+        inputs = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._model.device)
+        with torch.no_grad():
+            ids = self._model.generate(
+                **inputs, max_new_tokens=self.cfg.max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
+            )
+        return tok.batch_decode(ids[:, inputs["input_ids"].size(1) :], skip_special_tokens=True)
+
+
+def build_writer(node: Any) -> RubricWriter:
+    from rlpost.schema import build_config, to_container
+
+    return RubricWriter(build_config(WriterConfig, dict(to_container(node) or {}), "writer"))
