@@ -197,3 +197,13 @@ def test_eval_multirun_writes_one_result_per_job_and_a_summary(known_data, tmp_p
     assert "| job | overrides | status | eval/callable | eval/accuracy |" in md  # one column per result metric
     assert "| 0 | samples=0 | done | 0.750 | 0.750 |" in md and "| 1 | samples=2 | done | 0.750 | 0.750 |" in md
     assert "sampled/pass@2" in md.splitlines()[2]
+
+
+def test_train_refuses_a_negative_eval_every_and_an_oversized_periodic_eval(tmp_path, capsys):
+    base = ["train", "model=tiny-random", "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={tmp_path / 'r'}"]
+    assert cli.main([*base, "eval.every=-1"]) == 2
+    assert "eval.every=-1 must be >= 0" in capsys.readouterr().err
+    # eval.every alone (no start/end eval) still needs eval.size <= data.eval_size
+    assert cli.main([*base, "eval.every=2", "eval.size=200"]) == 2
+    assert "eval.size=200 is larger than data.eval_size=100" in capsys.readouterr().err
+    assert not (tmp_path / "r").exists()
