@@ -164,14 +164,14 @@ class RLPostTrainer(GRPOTrainer):
             self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
         return rollouts.to_trl()
 
-    def _rollout_rewards(self, rewards: torch.Tensor, rows: list, metrics: dict) -> torch.Tensor:
+    def _rollout_rewards(self, rewards: torch.Tensor, metrics: dict) -> torch.Tensor:
         """The strategy's ``adjust_rewards`` on the gathered rewards [N] (train batches only)."""
         adjust = getattr(self.run.algorithm.rollout, "adjust_rewards", None)
         if adjust is None or getattr(self, "_rollout_kinds", None) is None:
             return rewards
-        kinds, completions = self._rollout_kinds, self._rollout.completions
+        kinds, completions, rows = self._rollout_kinds, self._rollout.completions, self._rollout_rows
         if self.accelerator.num_processes > 1:
-            kinds, completions = gather_object(kinds), gather_object(completions)
+            kinds, completions, rows = gather_object(kinds), gather_object(completions), gather_object(rows)
         rewards, extra = adjust(rewards, kinds, rows, completions, self.num_generations)
         metrics.update(extra)
         return rewards
@@ -199,12 +199,12 @@ class RLPostTrainer(GRPOTrainer):
         algo, reward = self.run.algorithm, self.run.reward
         terms = self._reward_terms
         task_rewards, metrics = reward.combine(terms, reward.weights.to(terms.device), group_size)
-        rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
-        task_rewards = self._rollout_rewards(task_rewards, rows, metrics)  # seam 1b: e.g. RC-GRPO's refusal rewards
+        task_rewards = self._rollout_rewards(task_rewards, metrics)  # seam 1b: e.g. RC-GRPO's refusal rewards
         task_rewards = self.safety.on_rewards(task_rewards, metrics, mode == "train")  # reward whitening
         rewards = task_rewards + self._reward_shaping(output, metrics)
 
         mask = self._gather_padded(output["completion_mask"].float())
+        rows = gather_object(inputs) if self.accelerator.num_processes > 1 else inputs
         batch = GroupBatch(
             rewards=rewards,
             reward_terms=terms,

@@ -134,8 +134,16 @@ class RolloutContext:
         self.rng = random.Random(trainer.args.seed * 1_000_003 + self.step)
 
     def generate(self, prompts: list, kind: str = NATURAL) -> Rollouts:
-        """TRL's generation on ``prompts`` [M] (one completion each) -> M rows of ``kind``."""
-        return Rollouts.from_trl(self._generate(prompts), kind)
+        """TRL's generation on ``prompts`` [M] (one completion each) -> M rows of ``kind``.
+
+        TRL's vLLM server mode samples ``num_generations`` completions per ``G``-th prompt; a strategy
+        passes any list (a subset, conditioned prompts), so G is 1 for the duration of the call.
+        """
+        g, self.trainer.num_generations = self.trainer.num_generations, 1
+        try:
+            return Rollouts.from_trl(self._generate(prompts), kind)
+        finally:
+            self.trainer.num_generations = g
 
     def completion_ids(self, text: str) -> list[int]:
         """Token ids of a fixed completion: the text, then the first EOS (a finished completion)."""
