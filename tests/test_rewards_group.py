@@ -141,6 +141,8 @@ def test_core_confidence_grades_and_can_overturn_the_vote():
     assert score(make("majority_vote"), ["1", "1", "2", "2"], g=4)[0] == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(KeyError, match="rlpost_logprob"):
         score(core, ["1", "1"], g=2)
+    # held-out eval has no log-prob column but groups of one, where c = p / max p = 1 anyway
+    assert score(core, ["1"], g=1)[0] == [1.0]
 
 
 def test_core_similarity_edges_by_hand():
