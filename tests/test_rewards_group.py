@@ -141,8 +141,10 @@ def test_core_confidence_grades_and_can_overturn_the_vote():
     assert score(make("majority_vote"), ["1", "1", "2", "2"], g=4)[0] == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(KeyError, match="rlpost_logprob"):
         score(core, ["1", "1"], g=2)
-    # held-out eval has no log-prob column but groups of one, where c = p / max p = 1 anyway
-    assert score(core, ["1"], g=1)[0] == [1.0]
+    # held-out eval has no log-prob column but groups of one, where c = p / max p = 1 anyway; a lone
+    # roll-out holds the label but has no support (kappa = 0 -> pi = 0): (1 - g) + g * 0 = 0 at g = 1
+    assert score(core, ["1"], g=1)[0] == [0.0]
+    assert score(make("core", confidence="logprob", grading=0.25), ["1"], g=1)[0] == [0.75]
 
 
 def test_core_similarity_edges_by_hand():
