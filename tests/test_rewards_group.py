@@ -308,3 +308,16 @@ def test_ttrl_majority_recipe_builds_label_free():
     # the gold column only feeds label_accuracy: a wrong gold does not change the reward
     vote.group_size = 4
     assert vote(["q"] * 4, ["3", "3", "4", "x"], answer=["4"] * 4) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_core_embedding_similarity_uses_minilm_cosine():
+    from rlpost.rewards.embeddings import cosine_matrix
+
+    # alpha = beta = 1, S = clip(cos, 0, 1) of MiniLM embeddings: W_01 = (1 + S_01) / 2, W_02 = S_02 / 2
+    texts = ["Adding the numbers gives 7", "The sum is 7", "Paris is in France, 7"]
+    core = make("core", similarity="embedding", similarity_weight=1.0)
+    w = core.edges(["7", "7", "8"], texts, torch.ones(3, dtype=torch.float64))
+    cos = cosine_matrix(texts).double().clamp(0.0, 1.0)
+    assert w[0, 1].item() == pytest.approx((1 + cos[0, 1].item()) / 2, abs=1e-6)
+    assert w[0, 2].item() == pytest.approx(cos[0, 2].item() / 2, abs=1e-6)
+    assert w[0, 0].item() == 0.0
