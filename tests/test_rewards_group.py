@@ -141,6 +141,10 @@ def test_core_confidence_grades_and_can_overturn_the_vote():
     assert score(make("majority_vote"), ["1", "1", "2", "2"], g=4)[0] == [1.0, 1.0, 0.0, 0.0]
     with pytest.raises(KeyError, match="rlpost_logprob"):
         score(core, ["1", "1"], g=2)
+    # held-out eval has no log-prob column but groups of one, where c = p / max p = 1 anyway; a lone
+    # roll-out holds the label but has no support (kappa = 0 -> pi = 0): (1 - g) + g * 0 = 0 at g = 1
+    assert score(core, ["1"], g=1)[0] == [0.0]
+    assert score(make("core", confidence="logprob", grading=0.25), ["1"], g=1)[0] == [0.75]
 
 
 def test_core_similarity_edges_by_hand():
@@ -304,3 +308,16 @@ def test_ttrl_majority_recipe_builds_label_free():
     # the gold column only feeds label_accuracy: a wrong gold does not change the reward
     vote.group_size = 4
     assert vote(["q"] * 4, ["3", "3", "4", "x"], answer=["4"] * 4) == [1.0, 1.0, 0.0, 0.0]
+
+
+def test_core_embedding_similarity_uses_minilm_cosine():
+    from rlpost.rewards.embeddings import cosine_matrix
+
+    # alpha = beta = 1, S = clip(cos, 0, 1) of MiniLM embeddings: W_01 = (1 + S_01) / 2, W_02 = S_02 / 2
+    texts = ["Adding the numbers gives 7", "The sum is 7", "Paris is in France, 7"]
+    core = make("core", similarity="embedding", similarity_weight=1.0)
+    w = core.edges(["7", "7", "8"], texts, torch.ones(3, dtype=torch.float64))
+    cos = cosine_matrix(texts).double().clamp(0.0, 1.0)
+    assert w[0, 1].item() == pytest.approx((1 + cos[0, 1].item()) / 2, abs=1e-6)
+    assert w[0, 2].item() == pytest.approx(cos[0, 2].item() / 2, abs=1e-6)
+    assert w[0, 0].item() == 0.0

@@ -90,3 +90,28 @@ def test_two_steps_focal_over_majority_vote_and_group_diversity(tmp_path):
         assert sum(weights) == pytest.approx(1.5, abs=1e-4)  # renormalized to the configured total weight
         # the less saturated term gains weight relative to its configured share (1 : 0.5)
         assert (weights[1] / 0.5 >= weights[0] / 1.0) == (saturation[1] <= saturation[0])
+
+
+@pytest.mark.slow
+def test_group_straddling_two_trainer_processes(tmp_path):
+    """torchrun, 2 CPU processes (gloo), G = 4 with 2 completions per process: every process scores the
+    whole group and TRL's gathered reward column equals the vote over the concatenated completions."""
+    import json
+    import os
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    tests = Path(__file__).resolve().parent
+    env = {**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    env["OMP_NUM_THREADS"] = "1"
+    cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
+    done = subprocess.run([*cmd, str(tests / "support_group_mp.py"), str(tmp_path)], env=env, capture_output=True)
+    assert done.returncode == 0, done.stderr.decode()[-3000:]
+    ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
+    assert ranks[0]["world"] == 2 and [len(r["local"]) for r in ranks] == [2, 2]  # the group of 4 straddles
+    assert ranks[0]["terms"] == ranks[1]["terms"]  # TRL's gathered [N] column, the same on both processes
+    group = [" ".join(completion_text(c).split()).lower() or None for r in ranks for c in r["local"]]
+    counts = Counter(a for a in group if a is not None)
+    mode = max(counts, key=lambda a: (counts[a], -group.index(a))) if counts else None
+    assert ranks[0]["terms"] == [float(a is not None and a == mode) for a in group]

@@ -140,7 +140,7 @@ class CoRE(GroupReward):
         return w.fill_diagonal_(0.0)
 
     def confidences(self, rows: dict[str, list], keep: list[int], g: int) -> torch.Tensor:
-        if self.cfg.confidence == "none":
+        if self.cfg.confidence == "none" or len(keep) < 2:  # one node: c = p / max p = 1 (held-out eval)
             return torch.ones(len(keep), dtype=torch.float64)
         logps = column(rows, "rlpost_logprob", g, "core")
         p = torch.tensor([math.exp(float(logps[i])) for i in keep], dtype=torch.float64)
