@@ -116,6 +116,11 @@ def test_resume_restores_the_critic_and_its_optimizer_state(tmp_path):
     run = make_run(["algorithm=ppo", *ONE_EPOCH, "train.save_steps=1"])
     first = train_rlpost(run, tmp_path / "a")
     checkpoint = tmp_path / "a" / "checkpoint-1"
+    # Step 2 samples from the updated policy: the per-token KL reward to the reference is no longer 0.
+    assert (
+        step_logs(first)[0]["kl/token_penalty_sum_mean"] == 0.0
+        and step_logs(first)[1]["kl/token_penalty_sum_mean"] != 0.0
+    )
     saved = load_file(checkpoint / CRITIC_FILE)
     assert set(saved) == {"linear.weight", "linear.bias"} and saved["linear.weight"].abs().sum() > 0
     assert not any("linear" in k for k in load_file(checkpoint / "model.safetensors"))  # the policy folder is plain

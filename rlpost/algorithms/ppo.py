@@ -91,13 +91,14 @@ class PPOTrainer(RLPostTrainer):
     # ---- rollout: values, per-token KL reward (extras of the group batch) -----------------------
     def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:
         stats = super()._rollout_statistics(output)
+        kl = self.run.algorithm.kl
+        token_kl = kl.coef > 0 and kl.placement == "token"
         with torch.no_grad():
-            values, logps = self._values(output, lambda: self._sampling_logps(output)[0])
+            values, logps = self._values(output, lambda: self._rollout_logps(output, token_kl))
         mask = self._loss_mask(output)
         self._old_values = values * mask
         stats["values"] = self._gather_padded(self._old_values)
-        kl = self.run.algorithm.kl
-        if kl.coef > 0 and kl.placement == "token":
+        if token_kl:
             penalty = kl.coef * kl_estimate(logps, output["ref_per_token_logps"], kl.estimator) * mask  # [B, T]
             stats["token_rewards"] = self._gather_padded(-penalty)
             self._metrics["train"]["kl/token_penalty_sum_mean"].append(
@@ -105,6 +106,13 @@ class PPOTrainer(RLPostTrainer):
             )
         self._extras = stats  # the gae advantage writes extras["returns"] into this dict
         return stats
+
+    def _rollout_logps(self, output: dict, needed: bool) -> torch.Tensor | None:
+        """Rollout log-probs [B, T]: the value head needs the policy forward anyway (its hidden states); a
+        separate critic reuses TRL's ``old_per_token_logps`` when TRL kept them, else one more forward."""
+        if self.critic_cfg.kind == "head" or (needed and output.get("old_per_token_logps") is None):
+            return self._sampling_logps(output)[0]
+        return output.get("old_per_token_logps")
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
