@@ -51,4 +51,6 @@ def explain(run: BuiltRun) -> str:
     if algo.overlong.filter:
         lines.append("  truncated completions (no EOS) are excluded")
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
+    if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
+        lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe())]
     return "\n".join(lines)

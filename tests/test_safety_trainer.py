@@ -6,12 +6,12 @@ import json
 import math
 
 import torch
-
 from support_safety import Recorder, same
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 from rlpost.state import STATE_FILE
 from rlpost.trainer import RLPostTrainer
+
+from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 COLLAPSE = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_safety:collapsing_reward'}}]"
 
@@ -164,7 +164,6 @@ def test_whitening_and_ratio_guard_are_logged_and_checkpointed(tmp_path):
     std = metric(trainer, "rlpost/safety/reward_running_std")
     assert len(std) == 2 and all(v > 0 for v in std)  # one value per generation batch (every 2nd step)
     guarded = metric(trainer, "safety/ratio_guarded")
-    print(guarded)
     assert guarded[0] == 0.0 and guarded[2] == 0.0, "pass 1 of a generation batch is on-policy"
     assert guarded[1] > 0 and guarded[3] > 0, "pass 2 is off-policy by one update: the tiny bound bites"
     state = torch.load(tmp_path / "checkpoint-4" / STATE_FILE, weights_only=True)["algorithm.safety"]
