@@ -87,6 +87,7 @@ class SafetyKit:
     # ---- wiring -------------------------------------------------------------------------------
     def attach(self, trainer, event_sink: Callable[[dict], None] | None = None) -> SafetyKit:
         self.trainer, self.event_sink = trainer, event_sink
+        self.snapshot, self._reward, self._kl, self.stop = Snapshot(), None, [], False  # per training run
         if self.cfg.any:
             trainer.add_callback(SafetyCallback(self))
         return self
@@ -141,11 +142,11 @@ class SafetyKit:
         if self.cfg.nonfinite.enabled:
             skip = not finite
             metrics["safety/nonfinite_skipped"] = float(skip)
+            if skip:
+                self._event("nonfinite_skip", nonfinite_loss=loss_bad, streak=self.nonfinite.streak + 1)
             if self.nonfinite.end_step(finite):
                 reason = f"{self.cfg.nonfinite.rollback_after} non-finite steps in a row"
             metrics["safety/nonfinite_total"] = float(self.nonfinite.total)
-            if skip:
-                self._event("nonfinite_skip", nonfinite_loss=loss_bad, streak=self.nonfinite.streak)
         if reason is not None:
             skip = True
             self._rollback(model, optimizer, reason)
