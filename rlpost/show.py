@@ -71,4 +71,6 @@ def explain(run: BuiltRun) -> str:
     if algo.critic is not None:
         lines += ["", "Critic:", f"  {describe_critic(algo.critic, train.learning_rate)}"]
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
+    if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
+        lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe())]
     return "\n".join(lines)

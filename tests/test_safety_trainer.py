@@ -6,12 +6,12 @@ import json
 import math
 
 import torch
-
 from support_safety import Recorder, same
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 from rlpost.state import STATE_FILE
 from rlpost.trainer import RLPostTrainer
+
+from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 
 COLLAPSE = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_safety:collapsing_reward'}}]"
 
@@ -23,10 +23,12 @@ def metric(trainer, key: str) -> list[float]:
 def test_reward_collapse_rolls_back_to_the_last_good_weights_and_optimizer(tmp_path):
     # Rewards drop by 10 from step 3 (0-based). k=1, warmup 2, n=2: steps 0-2 are good (W_2 is the last snapshot),
     # step 3 is bad (update applied), step 4 is the 2nd bad step in a row -> restore W_2, skip the update.
+    # max_rollbacks=1 then stops the run after step 4 (of 6).
     run = make_run(
         [
             COLLAPSE,
-            "train.steps=5",
+            "train.steps=6",
+            "algorithm.safety.rollback.max_rollbacks=1",
             "algorithm.safety.rollback.reward_drop_std=1.0",
             "algorithm.safety.rollback.reward_warmup=2",
             "algorithm.safety.rollback.reward_patience=2",
@@ -41,7 +43,8 @@ def test_reward_collapse_rolls_back_to_the_last_good_weights_and_optimizer(tmp_p
     for i, state in recorder.opt_begin[2].items():  # AdamW moments and step count as they were at step 2
         assert all(torch.equal(state[k], recorder.opt_end[4][i][k]) for k in state)
     assert events == trainer.safety.events
-    assert [e["event"] for e in events] == ["rollback"]
+    assert [e["event"] for e in events] == ["rollback", "stop"]
+    assert trainer.state.global_step == 5 and len(recorder.end) == 5
     assert events[0]["step"] == 5 and events[0]["restored_to_update"] == 2 and "for 2 steps" in events[0]["reason"]
     assert metric(trainer, "safety/rollbacks") == [0, 0, 0, 0, 1]
     assert metric(trainer, "safety/reward_streak") == [0, 0, 0, 1, 0]
@@ -86,6 +89,7 @@ def test_nonfinite_loss_skips_the_step_and_rolls_back_after_n(tmp_path):
     kinds = [(e["step"], e["event"]) for e in trainer.safety.events]
     assert kinds == [(3, "nonfinite_skip"), (4, "nonfinite_skip"), (4, "rollback"), (5, "nonfinite_skip")]
     assert trainer.safety.events[2]["restored_to_update"] == 1
+    assert [e["streak"] for e in trainer.safety.events if e["event"] == "nonfinite_skip"] == [1, 2, 1]
 
 
 def test_nonfinite_guard_off_lets_the_inf_loss_through(tmp_path):
@@ -164,7 +168,6 @@ def test_whitening_and_ratio_guard_are_logged_and_checkpointed(tmp_path):
     std = metric(trainer, "rlpost/safety/reward_running_std")
     assert len(std) == 2 and all(v > 0 for v in std)  # one value per generation batch (every 2nd step)
     guarded = metric(trainer, "safety/ratio_guarded")
-    print(guarded)
     assert guarded[0] == 0.0 and guarded[2] == 0.0, "pass 1 of a generation batch is on-policy"
     assert guarded[1] > 0 and guarded[3] > 0, "pass 2 is off-policy by one update: the tiny bound bites"
     state = torch.load(tmp_path / "checkpoint-4" / STATE_FILE, weights_only=True)["algorithm.safety"]

@@ -57,9 +57,37 @@ class SafetyKit:
     def check_run(self, run) -> None:  # called by build.check_run for every component
         check_safety(run)
 
+    def describe(self) -> list[str]:
+        """One line per mechanism that is on (``rlpost show``)."""
+        c, rb, lines = self.cfg, self.cfg.rollback, []
+        if c.fp32_updates:
+            lines.append("fp32 master weights for the optimizer and an fp32 LM head (16-bit model)")
+        if c.ratio_guard.enabled:
+            lines.append(
+                f"ratio r = exp(clamp(logp - old_logp, -c, c)), c = {c.ratio_guard.max_log_ratio:g}, in every loss"
+            )
+        if c.whiten_rewards.enabled:
+            lines.append("task reward -> (r - running mean) / (running std + eps) before shaping")
+        if rb.reward_drop_std is not None:
+            lines.append(
+                f"roll back after {rb.reward_patience} steps with mean reward < running mean - "
+                f"{rb.reward_drop_std:g} std (armed after {rb.reward_warmup} good steps)"
+            )
+        if rb.kl_max is not None:
+            lines.append(f"roll back after {rb.kl_patience} steps with KL(pi || ref) > {rb.kl_max:g}")
+        if c.nonfinite.enabled:
+            after = c.nonfinite.rollback_after
+            lines.append(
+                "skip steps with a NaN/inf loss or gradient" + (f"; roll back after {after} in a row" if after else "")
+            )
+        if c.lora_merge.every:
+            lines.append(f"merge LoRA into the base and re-initialize it every {c.lora_merge.every} steps")
+        return lines
+
     # ---- wiring -------------------------------------------------------------------------------
     def attach(self, trainer, event_sink: Callable[[dict], None] | None = None) -> SafetyKit:
         self.trainer, self.event_sink = trainer, event_sink
+        self.snapshot, self._reward, self._kl, self.stop = Snapshot(), None, [], False  # per training run
         if self.cfg.any:
             trainer.add_callback(SafetyCallback(self))
         return self
@@ -114,11 +142,11 @@ class SafetyKit:
         if self.cfg.nonfinite.enabled:
             skip = not finite
             metrics["safety/nonfinite_skipped"] = float(skip)
+            if skip:
+                self._event("nonfinite_skip", nonfinite_loss=loss_bad, streak=self.nonfinite.streak + 1)
             if self.nonfinite.end_step(finite):
                 reason = f"{self.cfg.nonfinite.rollback_after} non-finite steps in a row"
             metrics["safety/nonfinite_total"] = float(self.nonfinite.total)
-            if skip:
-                self._event("nonfinite_skip", nonfinite_loss=loss_bad, streak=self.nonfinite.streak)
         if reason is not None:
             skip = True
             self._rollback(model, optimizer, reason)

@@ -25,8 +25,6 @@ from __future__ import annotations
 
 from dataclasses import replace
 
-import torch
-
 from rlpost.losses.base import LossInputs
 
 
