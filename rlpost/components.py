@@ -10,6 +10,9 @@ import rlpost.advantages.routed  # noqa: F401
 import rlpost.advantages.segments  # noqa: F401
 import rlpost.advantages.tiar  # noqa: F401
 
+# algorithms (what composition cannot express; each registers its own component)
+import rlpost.algorithms.opd  # noqa: F401
+
 # combiners
 import rlpost.combine.decoupled  # noqa: F401
 import rlpost.combine.odrpo  # noqa: F401
