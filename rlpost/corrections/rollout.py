@@ -68,6 +68,8 @@ class RolloutEngine:
     """Generates rollouts with a lower-precision policy copy and/or a peer model, and scores them (behaviour log-probs)."""
 
     def __init__(self, trainer, precision: str | None, peer_config=None, peer_per_group: int = 0):
+        if trainer.tools:  # TRL's tool loop calls _generate_single_turn again on a subset of the rows
+            raise ValueError("rollout copies and peer models (algorithm.correction) do not support tool calling")
         policy = trainer.accelerator.unwrap_model(trainer.model)
         self.copy = None
         if precision is not None:
