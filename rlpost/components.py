@@ -2,6 +2,7 @@
 
 # advantages
 import rlpost.advantages.gae  # noqa: F401
+import rlpost.advantages.ed  # noqa: F401
 import rlpost.advantages.gepo  # noqa: F401
 import rlpost.advantages.group_norm  # noqa: F401
 import rlpost.advantages.hargo  # noqa: F401
@@ -9,6 +10,9 @@ import rlpost.advantages.pmi_tokens  # noqa: F401
 import rlpost.advantages.routed  # noqa: F401
 import rlpost.advantages.segments  # noqa: F401
 import rlpost.advantages.tiar  # noqa: F401
+
+# algorithms (what composition cannot express; each registers its own component)
+import rlpost.algorithms.opd  # noqa: F401
 
 # combiners
 import rlpost.combine.decoupled  # noqa: F401

@@ -22,7 +22,9 @@ Components talk to the trainer through three optional attributes: ``sampler(...)
 which prompts share a generation batch), ``requires`` (a set naming
 rollout statistics to compute, e.g. ``{"entropies"}``: a no-grad forward fills
 ``GroupBatch.extras``), and ``prepare(batch) -> dict[str, Tensor [N]]`` on a regularizer, whose
-per-completion tensors are sliced to this process and put into the loss batch under their keys.
+per-completion tensors are sliced to this process and put into the loss batch under their keys;
+``score_rollouts(trainer, output) -> dict[str, Tensor [B, ...]]`` adds this process's tensors
+computed with another model (OPD's teacher log-probs) to the loss batch.
 """
 
 from __future__ import annotations
@@ -232,6 +234,9 @@ class RLPostTrainer(GRPOTrainer):
             local_adv = local_adv[:, : output["completion_mask"].size(1)]
         output["advantages"] = local_adv
         correct(self, output, advantages, metrics)  # corrections: mismatch metrics and loss weights
+        for component in self.run.components():  # another model scores the rollouts (e.g. OPD's teacher)
+            if hasattr(component, "score_rollouts"):
+                output.update(component.score_rollouts(self, output))
         output["rlpost_keep"] = keep[local]
         output["rlpost_rewards"] = rewards[local]
         for _, regularizer in algo.regularizers:

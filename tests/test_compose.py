@@ -166,12 +166,24 @@ def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
         build_run(cfg)
 
 
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_every_correction_composes_with_every_bundle_and_reward(bundle):
+    """``algorithm=gepo algorithm/correction=tis reward=...``: the correction node is exactly its own file
+    whatever the bundle and reward, and the built run carries that correction."""
+    for option in group_options("algorithm/correction"):
+        for reward in ("math_answer", "math_answer_format"):
+            cfg = compose([f"algorithm={bundle}", f"algorithm/correction={option}", f"reward={reward}"])
+            assert OmegaConf.to_container(cfg.algorithm.correction) == own_node("correction", option), (bundle, option)
+            run = build_run(cfg)
+            assert type(run.algorithm.correction).registry_name == option and run.algorithm.name == bundle
+
+
 def test_bundles_do_not_patch_sub_nodes():
     """A bundle picks sub-group options in its defaults; it must not set their keys itself,
     or those keys would leak into a swapped-in option."""
     for bundle in BUNDLES:
         own = OmegaConf.to_container(OmegaConf.load(CONF / "algorithm" / f"{bundle}.yaml"))
-        assert not {"advantage", "loss", "regularizers"} & set(own), f"algorithm/{bundle}.yaml patches a sub-node"
+        assert not {"advantage", "loss", "regularizers", "correction"} & set(own), f"algorithm/{bundle}.yaml patches a sub-node"
 
 
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES.glob("*.yaml")))

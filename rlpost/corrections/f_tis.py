@@ -25,15 +25,13 @@ the same for the peer's samples alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Literal
 
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
 from rlpost.errors import ConfigError
-
-MODEL_CONF = Path(__file__).resolve().parent.parent.parent / "conf" / "model"
+from rlpost.model_options import named_model_config
 
 
 def sample_kl(x: CorrectionInputs) -> torch.Tensor:
@@ -41,22 +39,6 @@ def sample_kl(x: CorrectionInputs) -> torch.Tensor:
     log_r = x.log_ratio
     k3 = (torch.exp(log_r) - 1 - log_r) * x.mask
     return k3.sum(dim=1, keepdim=True) / x.mask.sum(dim=1, keepdim=True).clamp(min=1.0)
-
-
-def peer_model_config(name: str, overrides: dict[str, Any]):
-    """The ModelConfig of ``conf/model/<name>.yaml`` with ``overrides`` applied (ConfigError on bad input)."""
-    from omegaconf import OmegaConf
-
-    from rlpost.models import ModelConfig
-    from rlpost.schema import build_config
-
-    choices = sorted(p.stem for p in MODEL_CONF.glob("*.yaml"))
-    if name not in choices:
-        raise ConfigError(
-            f"algorithm.correction.peer_model={name!r} is not a model config; choices: {', '.join(choices)}."
-        )
-    node = {**OmegaConf.to_container(OmegaConf.load(MODEL_CONF / f"{name}.yaml")), **overrides}
-    return build_config(ModelConfig, node, "algorithm.correction.peer_overrides")
 
 
 @CORRECTIONS.register("f_tis")
@@ -83,7 +65,12 @@ class FilteredTruncatedIS:
         self.peer = (
             None
             if self.cfg.peer_model is None
-            else peer_model_config(self.cfg.peer_model, self.cfg.peer_overrides or {})
+            else named_model_config(
+                self.cfg.peer_model,
+                self.cfg.peer_overrides,
+                "algorithm.correction.peer_model",
+                "algorithm.correction.peer_overrides",
+            )
         )
         self.peer_per_group = self.cfg.peer_per_group if self.peer is not None else 0
 

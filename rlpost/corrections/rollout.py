@@ -23,6 +23,8 @@ from collections.abc import Callable
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
+from rlpost.model_options import load_frozen
+
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
 
@@ -66,6 +68,8 @@ class RolloutEngine:
     """Generates rollouts with a lower-precision policy copy and/or a peer model, and scores them (behaviour log-probs)."""
 
     def __init__(self, trainer, precision: str | None, peer_config=None, peer_per_group: int = 0):
+        if trainer.tools:  # TRL's tool loop calls _generate_single_turn again on a subset of the rows
+            raise ValueError("rollout copies and peer models (algorithm.correction) do not support tool calling")
         policy = trainer.accelerator.unwrap_model(trainer.model)
         self.copy = None
         if precision is not None:
@@ -74,7 +78,7 @@ class RolloutEngine:
         self.peer = None
         self.peer_per_group = peer_per_group if peer_config is not None else 0
         if peer_config is not None:
-            self.peer = _load_peer(peer_config, trainer)
+            self.peer = load_frozen(peer_config, trainer)
         self.peer_rows: list[bool] = []  # this process's rows of the last generation: sampled by the peer
 
     def sync(self, trainer) -> None:
@@ -114,17 +118,3 @@ class RolloutEngine:
             )
             behaviour[rows] = logps.to(behaviour.dtype)
         return behaviour
-
-
-def _load_peer(peer_config, trainer):
-    from rlpost.models import load_model, load_tokenizer
-
-    tokenizer = load_tokenizer(peer_config)
-    if tokenizer.get_vocab() != trainer._tokenizer.get_vocab():
-        raise ValueError(
-            f"peer model {peer_config.display_name} has a different tokenizer from the policy: "
-            "a peer's completions must be token ids the policy can score"
-        )
-    peer = load_model(peer_config).to(trainer.accelerator.device).eval().requires_grad_(False)
-    add_fused_lm_head(peer, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
-    return peer

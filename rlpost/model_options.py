@@ -1,0 +1,47 @@
+"""A second model named by its ``conf/model`` option (plus field overrides): peers, teachers.
+
+``named_model_config("tiny-random", {"tiny_hidden": 32}, key, overrides_key)`` reads
+``conf/model/tiny-random.yaml``, applies the overrides and validates the result as a
+``ModelConfig``; an unknown option or field is a ``ConfigError`` naming the valid ones, before
+anything loads. ``load_frozen`` loads it next to a trainer's policy, checks that it shares the
+policy's tokenizer (its token ids must mean the same), and adds TRL's fused log-prob head.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rlpost.errors import ConfigError
+
+MODEL_CONF = Path(__file__).resolve().parent.parent / "conf" / "model"
+
+
+def named_model_config(name: str, overrides: dict[str, Any] | None, where: str, overrides_where: str):
+    """The ModelConfig of ``conf/model/<name>.yaml`` with ``overrides`` applied (``where*``: their config keys, for errors)."""
+    from omegaconf import OmegaConf
+
+    from rlpost.models import ModelConfig
+    from rlpost.schema import build_config
+
+    choices = sorted(p.stem for p in MODEL_CONF.glob("*.yaml"))
+    if name not in choices:
+        raise ConfigError(f"{where}={name!r} is not a model config; choices: {', '.join(choices)}.")
+    node = {**OmegaConf.to_container(OmegaConf.load(MODEL_CONF / f"{name}.yaml")), **(overrides or {})}
+    return build_config(ModelConfig, node, overrides_where)
+
+
+def load_frozen(config, trainer):
+    """Load ``config`` on the trainer's device, frozen, with TRL's fused log-prob head (the trainer's temperature)."""
+    from trl.trainer.utils import add_fused_lm_head
+
+    from rlpost.models import load_model, load_tokenizer
+
+    if load_tokenizer(config).get_vocab() != trainer._tokenizer.get_vocab():
+        raise ValueError(
+            f"model {config.display_name} has a different tokenizer from the policy: "
+            "it must score the policy's token ids"
+        )
+    model = load_model(config).to(trainer.accelerator.device).eval().requires_grad_(False)
+    add_fused_lm_head(model, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+    return model
