@@ -151,6 +151,7 @@ class RLPostTrainer(GRPOTrainer):
             return super(RLPostTrainer, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
 
         return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
+
     # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
     def _rollout_strategy(self, prompts: list):
         """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
