@@ -16,7 +16,7 @@ def summarize_sweep(sweep_dir: Path) -> str:
     rows = []
     for summary_file in sorted(sweep_dir.glob("*/summary.json"), key=lambda p: p.parent.name):
         summary = json.loads(summary_file.read_text())
-        overrides_file = summary_file.parent / ".hydra" / "overrides.yaml"
+        overrides_file = summary_file.parent / "overrides.yaml"  # rlpost's own (redacted); no .hydra/ copy
         overrides = (
             " ".join(line[2:].strip() for line in overrides_file.read_text().splitlines() if line.startswith("- "))
             if overrides_file.exists()

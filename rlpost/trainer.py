@@ -12,7 +12,8 @@
    clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and
    clipped norm would not be the norm of the gradient actually applied).
 6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
-   (running statistics, reference subspaces) travels with every checkpoint.
+   (running statistics, reference subspaces) travels with every checkpoint; checkpoints are
+   written to a staging folder and renamed into place (``rlpost/checkpoints.py``).
 
 Components talk to the trainer through three optional attributes: ``sampler(...)`` (seam 0:
 which prompts share a generation batch), ``requires`` (a set naming
@@ -29,11 +30,13 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOTrainer
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
+from rlpost.checkpoints import publish, staging_root, staging_root_path
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
@@ -269,11 +272,27 @@ class RLPostTrainer(GRPOTrainer):
         return super()._clip_grad_norm(model)
 
     # ---- seam 6: component state in checkpoints ---------------------------------------------
+    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed (rlpost/checkpoints.py)
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        root, step = super()._get_output_dir(trial=trial), self.state.global_step
+        if self.accelerator.is_main_process:
+            staging_root(root, step)  # fresh, a stale one from a killed save removed
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = staging_root_path(root, step)
+        try:
+            super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
+            if self.args.should_save:
+                save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
+        finally:
+            staging, self._checkpoint_staging = self._checkpoint_staging, None
+        self.accelerator.wait_for_everyone()  # every rank's RNG file is in before the rename
         if self.args.should_save:
-            folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
-            save_component_state(self.run.named_components(), folder)
+            publish(staging, root, step)
+            rotate_checkpoints(root, self.args.save_total_limit, self.state.best_model_checkpoint)
+
+    def _get_output_dir(self, trial):
+        staging = getattr(self, "_checkpoint_staging", None)
+        return staging if staging is not None else super()._get_output_dir(trial=trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
