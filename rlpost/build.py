@@ -11,7 +11,7 @@ import difflib
 import importlib.util
 import os
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, fields
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 import torch
@@ -29,6 +29,7 @@ from rlpost.losses.kl import KLConfig
 from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the loaders' own cheap checks
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.rewards.guard import FailurePolicy, reward_policies
 from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config, to_container, unknown_key_message
 
@@ -65,6 +66,7 @@ class RewardParts:
     names: list[str]  # [R]
     weights: torch.Tensor  # [R]
     combine: Combine
+    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (guard.py)
 
 
 @dataclass
@@ -146,15 +148,15 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
 
 
 def build_reward(node: Mapping[str, Any]) -> RewardParts:
-    unknown = sorted(set(node) - {"terms", "combine"})
+    unknown = sorted(set(node) - {"terms", "combine", "on_failure", "timeout_s"})
     if unknown:
-        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, terms.")
+        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, on_failure, terms, timeout_s.")
     terms = node.get("terms")
     if not terms:
         raise ConfigError("reward.terms is empty: a run needs at least one reward term.")
     funcs, names, weights = build_reward_terms(list(terms))
     combine = build_component(COMBINERS, node.get("combine") or {"name": "weighted_sum"}, "reward.combine")
-    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine)
+    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=reward_policies(node))
 
 
 def build_run(cfg: Any) -> BuiltRun:

@@ -21,6 +21,7 @@ from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.preemption import PreemptionCallback
+from rlpost.rewards.guard import guard_rewards
 from rlpost.rundir import RunDirectory, write_atomic
 from rlpost.secrets import install_log_redaction
 from rlpost.trainer import RLPostTrainer
@@ -107,7 +108,7 @@ def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
         model,
         tokenizer,
         eval_set,
-        run.reward.funcs,
+        guard_rewards(run.reward.funcs, run.reward.failure),  # a failing reward never kills the eval
         run.reward.names,
         run.reward.weights,
         max_new_tokens=settings.train.max_completion_length,

@@ -40,6 +40,7 @@ from rlpost.checkpoints import publish, staging_root, staging_root_path
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+from rlpost.rewards.guard import guard_rewards, take_failure_counts
 from rlpost.state import load_component_state, save_component_state
 
 
@@ -61,7 +62,7 @@ class RLPostTrainer(GRPOTrainer):
         self.sample_sink = sample_sink
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
-        super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+        super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
 
     # ---- seam 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):
@@ -96,6 +97,11 @@ class RLPostTrainer(GRPOTrainer):
     # ---- seam 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        # reliability: failed samples per term (rewards/guard.py), summed over processes
+        mode = "train" if self.model.training else "eval"
+        for name, count in take_failure_counts(self.reward_funcs).items():
+            total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()
+            self._metrics[mode][f"rlpost/reward_failures/{name}"].append(total.item())
         return self._reward_terms  # [N, R], gathered over processes
 
     # ---- seam 3: rewards -> advantages -----------------------------------------------------
