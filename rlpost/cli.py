@@ -54,6 +54,7 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 
 def validate(overrides: list[str], multirun: bool) -> None:
     """Compose and build every job; raise ConfigError with Hydra's or rlpost's message."""
+    import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
@@ -77,6 +78,16 @@ def validate(overrides: list[str], multirun: bool) -> None:
                 raise
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(hydra_message(err)) from None
+    except yaml.YAMLError as err:  # reliability: a malformed YAML file (a recipe, a config on the search path)
+        raise ConfigError(yaml_message(err)) from None
+
+
+def yaml_message(err) -> str:
+    """A YAML parse error as one line: the file, line and column, and what the parser expected."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{mark.name} line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
+    what = " ".join(str(part) for part in (getattr(err, "context", None), getattr(err, "problem", None)) if part)
+    return f"Bad YAML in {where}: {what or err}."
 
 
 def build_and_check(job: list[str]):

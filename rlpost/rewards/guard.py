@@ -15,7 +15,8 @@ sample at a time (columns that hold one value per completion sliced to that samp
 the samples that fail take the policy; a timeout (``timeout_s``, measured on the whole batch call,
 which then runs in a daemon thread) fails every sample of the batch and is not retried (that would
 cost N timeouts); a thread that hangs is left behind, as Python cannot kill it. With ``timeout_s:
-null`` the term runs on the calling thread (rewards using signal-based timeouts need that). Every
+null`` the term runs on the calling thread (rewards using signal-based timeouts need that). A
+``JudgeError`` (a judge with its own ``on_failure: abort``) passes through: that judge asked to stop. Every
 failure is counted: the trainer logs ``rlpost/reward_failures/<term>`` per step, and each batch
 with failures logs one warning with the first error.
 """
@@ -28,7 +29,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlpost.judges.base import ON_FAILURE
+from rlpost.judges.base import ON_FAILURE, JudgeError
 from rlpost.schema import build_config, to_container
 
 logger = logging.getLogger(__name__)
@@ -80,6 +81,8 @@ class GuardedReward:
         n = len(completions)
         try:
             return self._call(prompts, completions, kwargs, n)
+        except JudgeError:
+            raise  # the judge's own on_failure=abort: its policy already decided the step fails
         except TimeoutError as err:
             return self._failed(list(range(n)), n, err, prompts)
         except Exception as err:  # isolate the failing samples
