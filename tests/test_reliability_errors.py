@@ -10,7 +10,7 @@ from __future__ import annotations
 import sys
 
 import pytest
-from test_config_errors import assert_clean_failure
+from test_config_errors import assert_clean_failure, no_launch  # noqa: F401  (the fixture)
 
 from rlpost import cli
 
