@@ -161,7 +161,9 @@ def resolve_data_path(path: str) -> str:
 
 def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
     if cfg.source == "hf":
-        return _checked_rows(cfg, path, ((f"{path} ({split}) row {i}", r) for i, r in enumerate(_hf_rows(path, split), 1)))
+        return _checked_rows(
+            cfg, path, ((f"{path} ({split}) row {i}", r) for i, r in enumerate(_hf_rows(path, split), 1))
+        )
     key = "data.path" if path == cfg.path else "data.eval_split"
     path = resolve_data_path(path)
     if not os.path.isfile(path):
@@ -191,7 +193,9 @@ def _checked_rows(cfg: DataConfig, path: str, items) -> list[dict]:
                 raise ConfigError(f"{err} (data.on_bad_row=skip skips such rows)") from None
             skipped.append(str(err))
     if skipped:
-        logger.warning("data: skipped %d of %d rows of %s (data.on_bad_row=skip); first: %s", len(skipped), total, path, skipped[0])
+        logger.warning(
+            "data: skipped %d of %d rows of %s (data.on_bad_row=skip); first: %s", len(skipped), total, path, skipped[0]
+        )
         SKIPPED[path] = len(skipped)
         if not rows:
             raise ConfigError(f"{path}: all {total} rows are malformed (first: {skipped[0]}).")
@@ -238,7 +242,9 @@ def _format_row(row: dict, cfg: DataConfig, where: str) -> dict:
     if not str(row[cfg.question_field]).strip() or not text.strip():
         raise BadRow(f"{where}: empty prompt.")
     if cfg.max_prompt_chars is not None and len(text) > cfg.max_prompt_chars:
-        raise BadRow(f"{where}: prompt of {len(text)} characters is longer than data.max_prompt_chars={cfg.max_prompt_chars}.")
+        raise BadRow(
+            f"{where}: prompt of {len(text)} characters is longer than data.max_prompt_chars={cfg.max_prompt_chars}."
+        )
     if cfg.conversational:
         system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
         prompt: Any = [*system, {"role": "user", "content": text}]

@@ -82,7 +82,9 @@ def check_writable(folder: str | os.PathLike, key: str) -> None:
         os.rmdir(tempfile.mkdtemp(prefix=".rlpost-write-probe-", dir=path))
     except OSError as err:
         reason = err.strerror or type(err).__name__
-        raise ConfigError(f"{key}={folder}: cannot write in {path} ({reason}); choose a writable output folder.") from None
+        raise ConfigError(
+            f"{key}={folder}: cannot write in {path} ({reason}); choose a writable output folder."
+        ) from None
 
 
 def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -28,7 +28,9 @@ def write(path, rows) -> str:
     return str(path)
 
 
-@pytest.mark.parametrize(("row", "message"), BAD_ROWS, ids=[m.split(" ")[0] + str(i) for i, (_, m) in enumerate(BAD_ROWS)])
+@pytest.mark.parametrize(
+    ("row", "message"), BAD_ROWS, ids=[m.split(" ")[0] + str(i) for i, (_, m) in enumerate(BAD_ROWS)]
+)
 def test_bad_row_fails_with_file_and_line(tmp_path, row, message):
     path = write(tmp_path / "d.jsonl", [GOOD, GOOD, row, GOOD])
     cfg = from_yaml("jsonl", path=path, eval_size=1, max_prompt_chars=100)

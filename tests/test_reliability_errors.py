@@ -81,7 +81,7 @@ CASES = [
 
 
 @pytest.fixture
-def inputs(no_launch):
+def inputs(no_launch):  # noqa: F811
     tmp = no_launch
     (tmp / "a_file").write_text("not a folder")
     (tmp / "conf" / "recipe").mkdir(parents=True)

@@ -118,7 +118,12 @@ def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path)
         keys = {k for k, v in want.items() if isinstance(v, (int, float)) and k not in NOT_COMPARED}
         assert keys <= set(got), keys - set(got)
         for key in sorted(keys):
-            assert math.isclose(got[key], want[key], rel_tol=1e-6, abs_tol=1e-6), (want["step"], key, want[key], got[key])
+            assert math.isclose(got[key], want[key], rel_tol=1e-6, abs_tol=1e-6), (
+                want["step"],
+                key,
+                want[key],
+                got[key],
+            )
         moved = moved or want["grad_norm"] > 0
     assert moved, "no step had a gradient: the comparison would be vacuous"
     assert expected[2]["loss"] != expected[3]["loss"] or expected[2]["reward"] != expected[3]["reward"]

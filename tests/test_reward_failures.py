@@ -8,12 +8,13 @@ import math
 import pytest
 import torch
 from support_faults import broken_reward, slow_reward
-from trainer_utils import TINY, rlpost_trainer, step_logs
 
 from rlpost.build import build_run
 from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.rewards.guard import FailurePolicy, GuardedReward, RewardFailure, take_failure_counts
+
+from trainer_utils import TINY, rlpost_trainer, step_logs
 
 
 def raise_on_b(prompts, completions, **kwargs):
@@ -63,7 +64,9 @@ def test_policy_from_config_global_and_per_term():
     )
     run = build_run(compose([*TINY, terms, "reward.on_failure=zero"]))
     assert run.reward.failure == [FailurePolicy("zero", None), FailurePolicy("abort", 2.5)]
-    with pytest.raises(ConfigError, match=r"Invalid value reward.on_failure='ignore'. Valid choices: skip, zero, abort"):
+    with pytest.raises(
+        ConfigError, match=r"Invalid value reward.on_failure='ignore'. Valid choices: skip, zero, abort"
+    ):
         build_run(compose([*TINY, "reward.on_failure=ignore"]))
 
 

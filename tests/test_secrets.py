@@ -29,7 +29,10 @@ def test_redact_by_key_and_by_value(monkeypatch):
         "prompt": f"use {REDACTED} please",
         "terms": [{"token": REDACTED}, {"pad_token": None}],
     }
-    assert redact_override("+reward.terms.0.params.judge.api_key=abc123") == f"+reward.terms.0.params.judge.api_key={REDACTED}"
+    assert (
+        redact_override("+reward.terms.0.params.judge.api_key=abc123")
+        == f"+reward.terms.0.params.judge.api_key={REDACTED}"
+    )
     assert redact_override(f"data.system_prompt={SECRET}") == f"data.system_prompt={REDACTED}"
     assert redact_override("train.steps=3") == "train.steps=3"
 
