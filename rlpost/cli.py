@@ -235,7 +235,6 @@ def print_redacted_job_config(args: list[str]) -> bool:
 
 
 def cmd_show(args: list[str]) -> int:
-
     from rlpost.build import build_run
     from rlpost.secrets import redacted_yaml
     from rlpost.show import explain

@@ -85,3 +85,13 @@ def test_training_survives_a_raising_reward_and_logs_the_failures(tmp_path):
     assert sum(failures) > 0 and all(log["rlpost/reward_failures/callable"] == 0 for log in logs)
     assert all(math.isfinite(log["loss"]) and math.isfinite(log["rlpost/reward"]) for log in logs)
     assert any(not torch.equal(a, b) for a, b in zip(before, trainer.model.parameters()))
+
+
+def test_a_judge_that_asked_to_abort_is_not_skipped():
+    from rlpost.judges.base import JudgeError
+
+    def judged(prompts, completions, **kwargs):
+        raise JudgeError("judge openai: 1 of 1 prompts failed (first: URLError refused); on_failure=abort")
+
+    with pytest.raises(JudgeError, match="on_failure=abort"):
+        guarded(judged, on_failure="skip")(["p"], ["a"])
