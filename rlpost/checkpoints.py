@@ -34,6 +34,18 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.s
 IGNORED_KEYS = ("resume",)  # config keys that may differ between the launches of one run
 
 
+class CheckpointWriteError(RuntimeError):
+    """A checkpoint could not be written (disk full, quota, ...); names the last complete one."""
+
+    def __init__(self, step: int, root: str | os.PathLike, err: OSError):
+        last = latest_checkpoint(Path(root))
+        kept = f"the last complete checkpoint is {last}" if last else "no earlier checkpoint exists"
+        super().__init__(
+            f"checkpoint-{step} could not be written to {root}: {err.strerror or err} ({type(err).__name__}); "
+            f"{kept}. Free space (or move hydra.run.dir) and rerun with resume=auto."
+        )
+
+
 def is_complete(folder: Path) -> bool:
     """A checkpoint folder with its trainer state and model weights (never a ``.tmp-`` one)."""
     folder = Path(folder)

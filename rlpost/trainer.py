@@ -36,7 +36,7 @@ from trl import GRPOTrainer
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
-from rlpost.checkpoints import publish, staging_root, staging_root_path
+from rlpost.checkpoints import CheckpointWriteError, publish, staging_root, staging_root_path
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
@@ -289,6 +289,8 @@ class RLPostTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
             if self.args.should_save:
                 save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
+        except OSError as err:  # a full disk, a quota, a vanished mount: say so, the last checkpoint is intact
+            raise CheckpointWriteError(step, root, err) from err
         finally:
             staging, self._checkpoint_staging = self._checkpoint_staging, None
         self.accelerator.wait_for_everyone()  # every rank's RNG file is in before the rename
