@@ -130,6 +130,39 @@ def resolve_resume(resume: str | None, config: dict[str, Any], run_dir: str | No
     raise ConfigError(f"resume={resume!r} is neither a run directory nor a checkpoint folder (or use resume=auto).")
 
 
+BUFFER_FILE = "rlpost_generation_buffer.pt"
+
+
+def save_generation_buffer(trainer: Any, folder: str | os.PathLike) -> None:
+    """With ``num_iterations > 1`` TRL reuses one generation batch over several optimizer steps; a
+    checkpoint in the middle of that reuse keeps the batch and TRL's micro-step counter
+    (``_step``), so the resumed run trains on the same rollouts instead of sampling new ones.
+    One file per process (each holds its own slice)."""
+    if trainer.num_iterations <= 1 or trainer._buffered_inputs is None:
+        return
+    state = {"step": trainer._step, "buffer": trainer._buffered_inputs}
+    torch_save_atomic(state, Path(folder) / f"{trainer.accelerator.process_index}-{BUFFER_FILE}")
+
+
+def load_generation_buffer(trainer: Any, checkpoint: str | os.PathLike) -> bool:
+    import torch
+
+    path = Path(checkpoint) / f"{trainer.accelerator.process_index}-{BUFFER_FILE}"
+    if trainer.num_iterations <= 1 or not path.is_file():
+        return False
+    state = torch.load(path, weights_only=True, map_location=trainer.accelerator.device)
+    trainer._step, trainer._buffered_inputs = state["step"], state["buffer"]
+    return True
+
+
+def torch_save_atomic(obj: Any, path: Path) -> None:
+    import torch
+
+    tmp = path.with_name(f".{path.name}.tmp")
+    torch.save(obj, tmp)
+    os.replace(tmp, path)
+
+
 def checkpoint_to_load(resume: str | None, checkpoints: Path) -> str | None:
     """The checkpoint ``trainer.train(resume_from_checkpoint=...)`` gets, inside the chosen run directory."""
     if resume is None:

@@ -36,7 +36,14 @@ from trl import GRPOTrainer
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
-from rlpost.checkpoints import CheckpointWriteError, publish, staging_root, staging_root_path
+from rlpost.checkpoints import (
+    CheckpointWriteError,
+    load_generation_buffer,
+    publish,
+    save_generation_buffer,
+    staging_root,
+    staging_root_path,
+)
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
@@ -289,6 +296,7 @@ class RLPostTrainer(GRPOTrainer):
             super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
             if self.args.should_save:
                 save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
+            save_generation_buffer(self, f"{self._checkpoint_staging}/checkpoint-{step}")
         except OSError as err:  # a full disk, a quota, a vanished mount: say so, the last checkpoint is intact
             raise CheckpointWriteError(step, root, err) from err
         finally:
@@ -306,6 +314,7 @@ class RLPostTrainer(GRPOTrainer):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
+            load_generation_buffer(self, checkpoint)  # reliability: mid-reuse rollouts (num_iterations > 1)
 
     # ---- helpers ---------------------------------------------------------------------------
     def _loss_mask(self, batch: dict) -> torch.Tensor:

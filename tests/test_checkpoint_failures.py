@@ -1,4 +1,5 @@
-"""A checkpoint that cannot be written (full disk) says so and leaves the last complete one intact;
+"""A checkpoint that cannot be written (full disk) says so and leaves the last complete one intact; a
+checkpoint in the middle of a reused generation batch (num_iterations=2) resumes on the same rollouts;
 the sweep summary reads rlpost's own overrides.yaml (there is no .hydra/ copy any more)."""
 
 from __future__ import annotations
@@ -10,7 +11,7 @@ import pytest
 from rlpost.checkpoints import CheckpointWriteError, latest_checkpoint
 from rlpost.sweep import summarize_sweep
 
-from trainer_utils import make_run, rlpost_trainer
+from trainer_utils import make_run, rlpost_trainer, step_logs
 
 
 def test_disk_full_while_saving_names_the_last_good_checkpoint(tmp_path, monkeypatch):
@@ -39,3 +40,21 @@ def test_sweep_summary_reads_the_jobs_overrides(tmp_path):
         (tmp_path / job / "summary.json").write_text('{"after": {"eval/accuracy": 0.5}, "seconds_per_step": 1.0}')
     table = summarize_sweep(tmp_path)
     assert "| 0 | seed=0 |" in table and "| 1 | seed=1 |" in table
+
+
+def test_resume_mid_reuse_of_a_generation_batch_matches(tmp_path):
+    """num_iterations=2: checkpoint-1 lies between the two optimizer steps on one generation batch.
+    Resuming from it trains step 2 on the same rollouts and step 3 on the same new ones."""
+    args = ["train.steps=3", "train.save_steps=1", "train.save_total_limit=5", "train.num_iterations=2"]
+    reference = rlpost_trainer(make_run(args), tmp_path / "a")
+    reference.train()
+    resumed = rlpost_trainer(make_run(args), tmp_path / "b")
+    resumed.train(resume_from_checkpoint=str(tmp_path / "a" / "checkpoint-1"))
+    want, got = step_logs(reference)[1:], step_logs(resumed)[1:]  # the resumed history starts with step 1's log
+    assert [log["step"] for log in got] == [2, 3] == [log["step"] for log in want]
+    for a, b in zip(want, got):
+        keys = {k for k, v in a.items() if isinstance(v, float) and k != "step_time"}
+        assert {"loss", "grad_norm", "entropy"} <= keys <= set(b)
+        for key in keys:
+            assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-6), key
+    assert want[0]["grad_norm"] > 0
