@@ -58,3 +58,26 @@ def test_resume_mid_reuse_of_a_generation_batch_matches(tmp_path):
         for key in keys:
             assert b[key] == pytest.approx(a[key], rel=1e-6, abs=1e-6), key
     assert want[0]["grad_norm"] > 0
+
+
+def test_sampling_after_resume_needs_the_saved_rng_state(tmp_path):
+    """Resuming from checkpoint-1 reproduces step 2 exactly; the same checkpoint without its
+    rng_state.pth does not (the rollouts are sampled from another RNG state)."""
+    import shutil
+
+    args = ["train.steps=2", "train.save_steps=1", "train.save_total_limit=5"]
+    reference = rlpost_trainer(make_run(args), tmp_path / "a")
+    reference.train()
+    no_rng = tmp_path / "no-rng" / "checkpoint-1"
+    shutil.copytree(tmp_path / "a" / "checkpoint-1", no_rng)
+    (no_rng / "rng_state.pth").unlink()
+    step2 = {}
+    for name, checkpoint in (("with", tmp_path / "a" / "checkpoint-1"), ("without", no_rng)):
+        trainer = rlpost_trainer(make_run(args), tmp_path / name)
+        trainer.train(resume_from_checkpoint=str(checkpoint))
+        step2[name] = step_logs(trainer)[-1]
+    want = step_logs(reference)[-1]
+    assert want["step"] == step2["with"]["step"] == 2
+    assert step2["with"]["loss"] == pytest.approx(want["loss"], abs=1e-6)
+    assert step2["with"]["rlpost/reward"] == pytest.approx(want["rlpost/reward"], abs=1e-6)
+    assert step2["without"]["rlpost/reward"] != pytest.approx(want["rlpost/reward"], abs=1e-6)
