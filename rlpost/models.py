@@ -233,12 +233,27 @@ def _check_hf_path(path: str) -> str:
     return path
 
 
+def check_local_weights(cfg: ModelConfig) -> None:
+    """A local ``model.path`` holding only pickle weights (``*.bin``/``*.pt``) is refused unless
+    ``model.safetensors_only=false``: unpickling a file can run arbitrary code."""
+    if cfg.source != "hf" or not cfg.safetensors_only or not os.path.isdir(os.path.expanduser(cfg.path)):
+        return
+    files = os.listdir(os.path.expanduser(cfg.path))
+    pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl")) and "training_args" not in f)
+    if pickles and not any(f.endswith(".safetensors") or f.endswith(".safetensors.index.json") for f in files):
+        raise ConfigError(
+            f"model.path={cfg.path!r} holds only pickle weights ({', '.join(pickles[:3])}); rlpost loads safetensors "
+            "only, as unpickling can run code. Convert them, or set model.safetensors_only=false if you trust the file."
+        )
+
+
 def model_folder(cfg: ModelConfig) -> str:
     """The folder (or HF id) to load ``cfg`` from, converting/building cached models as needed."""
     if cfg.source == "smollm2":
         return str(smollm2_folder())
     if cfg.source == "tiny_random":
         return str(tiny_random_folder(cfg))
+    check_local_weights(cfg)
     return _check_hf_path(cfg.path)
 
 

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -39,10 +40,20 @@ class RunDirectory:
         return self.path / "samples.jsonl"
 
     def write_config(self, cfg: Any, overrides: list[str]) -> None:
-        resolved = OmegaConf.to_container(cfg, resolve=True)
-        resolved.pop("hydra", None)
-        write_atomic(self.path / "config.yaml", OmegaConf.to_yaml(OmegaConf.create(resolved)))
-        write_atomic(self.path / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(list(overrides))))
+        from rlpost.secrets import redact_override, redacted_yaml
+
+        write_atomic(self.path / "config.yaml", redacted_yaml(cfg))  # secrets redacted (rlpost/secrets.py)
+        redacted = [redact_override(o) for o in overrides]
+        write_atomic(self.path / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(redacted)))
+
+    def truncate_after(self, step: int) -> None:
+        """On resume from checkpoint ``step``: drop what a killed launch logged after it, so
+        metrics.jsonl and samples.jsonl hold each step once (samples of step k+1 carry step k)."""
+        for path, keep in ((self.metrics_file, lambda s: s <= step), (self.samples_file, lambda s: s < step)):
+            rows = read_jsonl(path)
+            kept = [row for row in rows if not isinstance(row.get("step"), int) or keep(row["step"])]
+            if len(kept) != len(rows):
+                write_atomic(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in kept))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
         append_jsonl(self.metrics_file, [row])
@@ -59,6 +70,25 @@ class RunDirectory:
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_jsonl(self.metrics_file)
+
+
+def check_writable(folder: str | os.PathLike, key: str) -> None:
+    """ConfigError unless ``folder`` (an output root or run directory, maybe not yet made) can be created
+    and written: its nearest existing ancestor must be a writable directory. Nothing is created."""
+    from rlpost.errors import ConfigError
+
+    path = Path(str(folder).split("${", 1)[0] or ".").expanduser().absolute()
+    while not path.exists() and path != path.parent:
+        path = path.parent
+    if not path.is_dir():
+        raise ConfigError(f"{key}={folder}: {path} is a file, not a folder; choose another output folder.")
+    try:  # a real probe: permission bits say nothing for root or on a read-only mount
+        os.rmdir(tempfile.mkdtemp(prefix=".rlpost-write-probe-", dir=path))
+    except OSError as err:
+        reason = err.strerror or type(err).__name__
+        raise ConfigError(
+            f"{key}={folder}: cannot write in {path} ({reason}); choose a writable output folder."
+        ) from None
 
 
 def append_jsonl(path: Path, rows: list[dict[str, Any]]) -> None:

@@ -2,26 +2,31 @@
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import time
 from pathlib import Path
 from typing import Any
 
 from transformers import PrinterCallback
-from transformers.trainer_utils import get_last_checkpoint
 from trl import GRPOConfig
 
 from rlpost.algorithms import trainer_class
 from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
+from rlpost.checkpoints import checkpoint_to_load, remove_stale_staging
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.eval_callback import PeriodicEvalCallback
 from rlpost.evaluate import evaluate
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
+from rlpost.preemption import PreemptionCallback
 from rlpost.replay import ReplayWriter
-from rlpost.rundir import RunDirectory
+from rlpost.rewards.guard import guard_rewards
+from rlpost.rundir import RunDirectory, write_atomic
+from rlpost.secrets import install_log_redaction
 
 
 def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
@@ -30,7 +35,10 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
     _check_eval_columns(run, eval_set)
     rundir = RunDirectory(run_dir)
+    install_log_redaction()  # secrets never reach a log record (rlpost/secrets.py)
     rundir.write_config(cfg, overrides or [])
+    remove_stale_staging(rundir.checkpoints)  # a save killed half-way (rlpost/checkpoints.py)
+    resume_from = _resume_checkpoint(run, rundir)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
     _configure_wandb(run, rundir)
 
@@ -38,11 +46,13 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     model = load_model(run.model)
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
-        summary["before"] = _evaluate(run, model, tokenizer, eval_set)
-        rundir.append_metrics({"step": 0, **summary["before"]})  # eval curves start at step 0
+        summary["before"] = _evaluate_before(run, rundir, model, tokenizer, eval_set, resumed=resume_from is not None)
+        if resume_from is None:  # eval curves start at step 0 (a resumed run has that row already)
+            rundir.append_metrics({"step": 0, **summary["before"]})
 
     args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))
-    callbacks = [MetricsFileCallback(rundir)]
+    preemption = PreemptionCallback()
+    callbacks = [MetricsFileCallback(rundir), preemption]
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())
     periodic = None
@@ -68,9 +78,18 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         periodic.attach(trainer)
 
     started = time.perf_counter()
-    trainer.train(resume_from_checkpoint=_resume_checkpoint(run, rundir))
+    preemption.install()
+    try:
+        trainer.train(resume_from_checkpoint=resume_from)
+    finally:
+        preemption.uninstall()
     train_seconds = time.perf_counter() - started
-    trainer.save_model(str(rundir.checkpoints / "final"))
+    if preemption.received:  # a checkpoint was saved at the end of the step; exit code 75 (cli.py)
+        checkpoint = str(rundir.checkpoints / f"checkpoint-{trainer.state.global_step}")
+        summary.update(preempted=preemption.received, checkpoint=checkpoint, steps=trainer.state.global_step)
+        rundir.write_summary(summary)
+        return summary
+    _save_final(trainer, rundir.checkpoints / "final")
 
     summary.update(
         steps=trainer.state.global_step,
@@ -104,7 +123,7 @@ def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
         model,
         tokenizer,
         eval_set,
-        run.reward.funcs,
+        guard_rewards(run.reward.funcs, run.reward.failure),  # a failing reward never kills the eval
         run.reward.names,
         run.reward.weights,
         max_new_tokens=settings.train.max_completion_length,
@@ -118,14 +137,39 @@ def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
 
 
 def _resume_checkpoint(run: BuiltRun, rundir: RunDirectory) -> str | None:
+    """The complete checkpoint to continue from (rlpost/checkpoints.py); what a killed launch logged
+    after it is dropped from metrics.jsonl / samples.jsonl."""
     resume = run.settings.resume
-    if resume is None:
-        return None
-    if resume == "auto":
-        return get_last_checkpoint(str(rundir.checkpoints)) if rundir.checkpoints.is_dir() else None
-    if not Path(resume).is_dir():
-        raise ConfigError(f"resume={resume!r} is not a checkpoint folder (or use resume=auto).")
-    return resume
+    if resume not in (None, "auto") and not Path(resume).is_dir():
+        raise ConfigError(f"resume={resume!r} is neither a run directory nor a checkpoint folder (or use resume=auto).")
+    checkpoint = checkpoint_to_load(resume, rundir.checkpoints)
+    if checkpoint is not None:
+        step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+        rundir.truncate_after(step)
+    return checkpoint
+
+
+def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, eval_set, resumed: bool) -> dict:
+    """The start-of-run evaluation, stored in eval_before.json and reused when the run resumes."""
+    stored = rundir.path / "eval_before.json"
+    if resumed and stored.is_file():
+        return json.loads(stored.read_text())
+    result = _evaluate(run, model, tokenizer, eval_set)
+    write_atomic(stored, json.dumps(result, default=float))
+    return result
+
+
+def _save_final(trainer, final: Path) -> None:
+    """``checkpoints/final`` written to a temporary folder and renamed (a kill never leaves half of it)."""
+    tmp, old = final.with_name(".tmp-final"), final.with_name(".tmp-old-final")
+    for path in (tmp, old):
+        shutil.rmtree(path, ignore_errors=True)
+    trainer.save_model(str(tmp))
+    if trainer.accelerator.is_main_process:
+        if final.exists():
+            os.rename(final, old)
+        os.rename(tmp, final)
+        shutil.rmtree(old, ignore_errors=True)
 
 
 def _configure_wandb(run: BuiltRun, rundir: RunDirectory) -> None:

@@ -14,7 +14,8 @@
    clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and
    clipped norm would not be the norm of the gradient actually applied).
 6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
-   (running statistics, reference subspaces) travels with every checkpoint.
+   (running statistics, reference subspaces) travels with every checkpoint; checkpoints are
+   written to a staging folder and renamed into place (``rlpost/checkpoints.py``).
 7. ``_generate_single_turn`` + a hook in seams 3 and 4: rollouts from a lower-precision policy copy
    or a peer model, and the ``algorithm.correction`` weights of the policy loss (rlpost/corrections/).
 
@@ -35,17 +36,27 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
+from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOTrainer
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
+from rlpost.checkpoints import (
+    CheckpointWriteError,
+    load_generation_buffer,
+    publish,
+    save_generation_buffer,
+    staging_root,
+    staging_root_path,
+)
 from rlpost.corrections.apply import WEIGHT_KEY, correct
 from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 from rlpost.replay import ReplayWriter
+from rlpost.rewards.guard import guard_rewards, take_failure_counts
 from rlpost.rollouts.base import RolloutContext
 from rlpost.state import load_component_state, save_component_state
 
@@ -77,7 +88,7 @@ class RLPostTrainer(GRPOTrainer):
         self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/replay.py)
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
-        super().__init__(*args, reward_funcs=run.reward.funcs, **kwargs)
+        super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
         # ---- corrections: a rollout copy / peer model when the correction node asks for one ----
         correction = run.algorithm.correction
         peer = getattr(correction, "peer", None)
@@ -109,7 +120,7 @@ class RLPostTrainer(GRPOTrainer):
     def _generate(self, prompts: list):
         out = self._rollout_strategy(prompts)  # rlpost: algorithm/rollout wraps TRL's generation (seam 1b)
         completion_ids, completions = out[1], out[3]
-        if any("logprob" in getattr(f, "rollout_fields", ()) for f in self.reward_funcs):
+        if any("logprob" in getattr(f, "rollout_fields", ()) for f in self.run.reward.funcs):
             # rewards that read generation confidence get the column rlpost_logprob (TRL merges extra_fields
             # into the reward inputs): each completion's mean token log-prob under the rollout policy
             extra = dict(out[5] or {})
@@ -183,7 +194,7 @@ class RLPostTrainer(GRPOTrainer):
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         # group rewards (rewards/group.py) split the gathered batch into groups of G
         group_size = self.num_generations if self.model.training else self.num_generations_eval
-        grouped = [func for func in self.reward_funcs if hasattr(func, "group_size")]
+        grouped = [func for func in self.run.reward.funcs if hasattr(func, "group_size")]  # unwrapped
         for func in grouped:
             func.group_size = group_size
         try:
@@ -191,6 +202,11 @@ class RLPostTrainer(GRPOTrainer):
         finally:  # outside the trainer (held-out eval) groups are runs of identical prompts again
             for func in grouped:
                 func.group_size = None
+        # reliability: failed samples per term (rewards/guard.py), summed over processes
+        mode = "train" if self.model.training else "eval"
+        for name, count in take_failure_counts(self.reward_funcs).items():
+            total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()
+            self._metrics[mode][f"rlpost/reward_failures/{name}"].append(total.item())
         return self._reward_terms  # [N, R], gathered over processes
 
     # ---- seam 3: rewards -> advantages -----------------------------------------------------
@@ -386,16 +402,36 @@ class RLPostTrainer(GRPOTrainer):
         return super()._clip_grad_norm(model)
 
     # ---- seam 6: component state in checkpoints ---------------------------------------------
+    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed (rlpost/checkpoints.py)
     def _save_checkpoint(self, model, trial):
-        super()._save_checkpoint(model, trial)
+        root, step = super()._get_output_dir(trial=trial), self.state.global_step
+        if self.accelerator.is_main_process:
+            staging_root(root, step)  # fresh, a stale one from a killed save removed
+        self.accelerator.wait_for_everyone()
+        self._checkpoint_staging = staging_root_path(root, step)
+        try:
+            super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
+            if self.args.should_save:
+                save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
+            save_generation_buffer(self, f"{self._checkpoint_staging}/checkpoint-{step}")
+        except OSError as err:  # a full disk, a quota, a vanished mount: say so, the last checkpoint is intact
+            raise CheckpointWriteError(step, root, err) from err
+        finally:
+            staging, self._checkpoint_staging = self._checkpoint_staging, None
+        self.accelerator.wait_for_everyone()  # every rank's RNG file is in before the rename
         if self.args.should_save:
-            folder = f"{self._get_output_dir(trial=trial)}/checkpoint-{self.state.global_step}"
-            save_component_state(self.run.named_components(), folder)
+            publish(staging, root, step)
+            rotate_checkpoints(root, self.args.save_total_limit, self.state.best_model_checkpoint)
+
+    def _get_output_dir(self, trial):
+        staging = getattr(self, "_checkpoint_staging", None)
+        return staging if staging is not None else super()._get_output_dir(trial=trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
+            load_generation_buffer(self, checkpoint)  # reliability: mid-reuse rollouts (num_iterations > 1)
 
     # ---- safety: fp32 master weights, non-finite loss check (rlpost/safety/kit.py) -------------
     def create_optimizer(self, *args, **kwargs):

@@ -299,7 +299,7 @@ def test_build_reward_terms_errors():
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_conf_files_build(path, tmp_path):
     node = yaml.safe_load(path.read_text())
-    assert set(node) == {"defaults", "terms"}  # the combiner is the sub-group reward/combine
+    assert set(node) == {"defaults", "terms", "on_failure", "timeout_s"}  # combiner: the sub-group reward/combine
     for term in node["terms"]:  # ??? is given on the command line; reward_model's is a trained folder
         for key, value in term.get("params", {}).items():
             if value == "???":

@@ -102,11 +102,11 @@ class RewardModel:
             from accelerate import PartialState
             from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
-            tokenizer = AutoTokenizer.from_pretrained(self.folder)
+            tokenizer = AutoTokenizer.from_pretrained(self.folder, trust_remote_code=False)
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
-            model = AutoModelForSequenceClassification.from_pretrained(
-                self.folder, dtype=getattr(torch, self.cfg.dtype)
+            model = AutoModelForSequenceClassification.from_pretrained(  # no pickle, no remote code
+                self.folder, dtype=getattr(torch, self.cfg.dtype), use_safetensors=True, trust_remote_code=False
             )
             model.config.pad_token_id = tokenizer.pad_token_id
             self._model = model.to(PartialState().device).eval().requires_grad_(False)

@@ -30,6 +30,8 @@ class RewardTerm:
     name: str  # registry name of the reward
     weight: float = 1.0  # its weight in the combination
     params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
+    on_failure: str | None = None  # skip | zero | abort on an exception/timeout (null: reward.on_failure)
+    timeout_s: float | None = None  # per batch call (null: reward.timeout_s); see rewards/guard.py
 
 
 def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Callable], list[str], torch.Tensor]:

@@ -1,0 +1,27 @@
+"""Rewards that fail on purpose, for the failure-policy tests (rlpost/rewards/guard.py)."""
+
+import time
+import zlib
+
+from rlpost.rewards.base import completion_text
+
+
+def _hash(c) -> int:
+    return zlib.crc32(completion_text(c).encode())
+
+
+def flaky_reward(prompts, completions, **kwargs):
+    """Raises on completions whose text hash is divisible by 3 (about a third); else a hash score."""
+    for c in completions:
+        if _hash(c) % 3 == 0:
+            raise RuntimeError("scorer crashed on this completion")
+    return [(_hash(c) % 1000) / 1000 for c in completions]
+
+
+def broken_reward(prompts, completions, **kwargs):
+    raise ConnectionError("scoring service unreachable")
+
+
+def slow_reward(prompts, completions, **kwargs):
+    time.sleep(3)
+    return [1.0 for _ in completions]
