@@ -2,8 +2,9 @@
 
 1. ``_generate``: keeps each rollout's true length and truncation flag (pad == EOS on many
    chat models, so lengths cannot be read back from the padded ids).
-1b. ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) produces the groups
-   around TRL's generation; its optional ``adjust_rewards`` runs in seam 3 right after ``combine``.
+1b. ``_rollout_strategy`` (``trainer_rollouts.RolloutSeams``): the ``algorithm/rollout`` strategy
+   (rlpost/rollouts/) produces the groups around TRL's generation; its optional ``adjust_rewards`` runs
+   in seam 3 right after ``combine``.
 2. ``_calculate_rewards``: keeps the gathered reward matrix ``[N, R]``.
 3. ``_generate_and_score_completions``: after TRL scored the batch, rlpost's ``combine``, reward
    shaping (overlong, KL-in-reward) and ``advantage`` run on a typed ``GroupBatch`` and replace
@@ -13,10 +14,10 @@
 5. ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
    clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and
    clipped norm would not be the norm of the gradient actually applied).
-6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler``: the state of stateful components
+6. ``_save_checkpoint`` / ``_load_optimizer_and_scheduler`` (``trainer_checkpoints.CheckpointSeams``): the state of stateful components
    (running statistics, reference subspaces) travels with every checkpoint; checkpoints are
    written to a staging folder and renamed into place (``rlpost/checkpoints.py``).
-7. ``_generate_single_turn`` + a hook in seams 3 and 4: rollouts from a lower-precision policy copy
+7. ``_generate_single_turn`` (``trainer_rollouts.RolloutSeams``) + a hook in seams 3 and 4: rollouts from a lower-precision policy copy
    or a peer model, and the ``algorithm.correction`` weights of the policy loss (rlpost/corrections/).
 
 Components talk to the trainer through three optional attributes: ``sampler(...)`` (seam 0:
@@ -36,20 +37,11 @@ from typing import Any
 
 import torch
 from accelerate.utils import gather_object
-from transformers.trainer_utils import rotate_checkpoints
 from trl import GRPOTrainer
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.build import BuiltRun
-from rlpost.checkpoints import (
-    CheckpointWriteError,
-    load_generation_buffer,
-    publish,
-    save_generation_buffer,
-    staging_root,
-    staging_root_path,
-)
 from rlpost.corrections.apply import WEIGHT_KEY, correct
 from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
@@ -57,8 +49,8 @@ from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 from rlpost.replay import ReplayWriter
 from rlpost.rewards.guard import guard_rewards, take_failure_counts
-from rlpost.rollouts.base import RolloutContext
-from rlpost.state import load_component_state, save_component_state
+from rlpost.trainer_checkpoints import CheckpointSeams
+from rlpost.trainer_rollouts import RolloutSeams
 
 
 @dataclass
@@ -71,7 +63,7 @@ class RolloutInfo:
     truncated: list[bool]
 
 
-class RLPostTrainer(GRPOTrainer):
+class RLPostTrainer(RolloutSeams, CheckpointSeams, GRPOTrainer):
     """GRPOTrainer whose advantages and loss come from rlpost components (see module docstring)."""
 
     def __init__(
@@ -134,61 +126,6 @@ class RLPostTrainer(GRPOTrainer):
             truncated=[len(ids) == 0 or ids[-1] not in eos_and_pad for ids in completion_ids],
         )
         return out
-
-    @torch.no_grad()
-    def _mean_rollout_logprobs(self, prompt_ids: list, completion_ids: list, sampled: list | None) -> list[float]:
-        """Mean token log-prob of each local completion ``[B]``: vLLM's sampling log-probs, else a forward pass."""
-        if sampled is not None:
-            return [sum(lp) / max(1, len(lp)) for lp in ([x for x in row if x is not None] for row in sampled)]
-        pad, device = self._tokenizer.pad_token_id, self.accelerator.device
-        width_p, width_c = max(map(len, prompt_ids)), max(1, max(map(len, completion_ids)))
-        ids = torch.full((len(prompt_ids), width_p + width_c), pad, dtype=torch.long, device=device)
-        mask = torch.zeros_like(ids)
-        for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
-            ids[i, width_p - len(p) : width_p + len(c)] = torch.tensor([*p, *c], device=device)
-            mask[i, width_p - len(p) : width_p + len(c)] = 1
-        logps, _, _ = self._get_per_token_logps_and_entropies(
-            self.model, ids, mask, width_c, batch_size=self.args.per_device_train_batch_size
-        )
-        completion_mask = mask[:, width_p:].float()
-        return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
-
-    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
-        if self._rollout_engine is None:
-            return super()._generate_single_turn(prompt_ids, images, multimodal_fields, num_generations, has_tool_images)
-
-        def own(ids):
-            return super(RLPostTrainer, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
-
-        return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
-
-    # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
-    def _rollout_strategy(self, prompts: list):
-        """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
-        strategy = self.run.algorithm.rollout
-        if type(strategy).registry_name == "none" or not self.model.training:
-            self._rollout_kinds = None
-            return super()._generate(prompts)
-        rows = getattr(self, "_rollout_rows", None) or [{}] * len(prompts)
-        ctx = RolloutContext(self, super()._generate, rows, self.num_generations)
-        rollouts = strategy.generate(prompts, ctx)
-        self._rollout_kinds = rollouts.kinds
-        for kind in sorted(set(rollouts.kinds)):
-            self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
-        return rollouts.to_trl()
-
-    def _rollout_rewards(self, rewards: torch.Tensor, metrics: dict) -> torch.Tensor:
-        """The strategy's ``adjust_rewards`` on the gathered rewards [N] (train batches only)."""
-        adjust = getattr(self.run.algorithm.rollout, "adjust_rewards", None)
-        if adjust is None or getattr(self, "_rollout_kinds", None) is None:
-            return rewards
-        kinds, completions, rows = self._rollout_kinds, self._rollout.completions, self._rollout_rows
-        if self.accelerator.num_processes > 1:
-            kinds, completions, rows = gather_object(kinds), gather_object(completions), gather_object(rows)
-        rewards, extra = adjust(rewards, kinds, rows, completions, self.num_generations)
-        metrics.update(extra)
-        return rewards
 
     # ---- seam 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
@@ -400,38 +337,6 @@ class RLPostTrainer(GRPOTrainer):
             for name, value in transform(named, self.state.global_step).items():
                 self._metrics["train"][f"grad/{name}"].append(value)
         return super()._clip_grad_norm(model)
-
-    # ---- seam 6: component state in checkpoints ---------------------------------------------
-    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed (rlpost/checkpoints.py)
-    def _save_checkpoint(self, model, trial):
-        root, step = super()._get_output_dir(trial=trial), self.state.global_step
-        if self.accelerator.is_main_process:
-            staging_root(root, step)  # fresh, a stale one from a killed save removed
-        self.accelerator.wait_for_everyone()
-        self._checkpoint_staging = staging_root_path(root, step)
-        try:
-            super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
-            if self.args.should_save:
-                save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
-            save_generation_buffer(self, f"{self._checkpoint_staging}/checkpoint-{step}")
-        except OSError as err:  # a full disk, a quota, a vanished mount: say so, the last checkpoint is intact
-            raise CheckpointWriteError(step, root, err) from err
-        finally:
-            staging, self._checkpoint_staging = self._checkpoint_staging, None
-        self.accelerator.wait_for_everyone()  # every rank's RNG file is in before the rename
-        if self.args.should_save:
-            publish(staging, root, step)
-            rotate_checkpoints(root, self.args.save_total_limit, self.state.best_model_checkpoint)
-
-    def _get_output_dir(self, trial):
-        staging = getattr(self, "_checkpoint_staging", None)
-        return staging if staging is not None else super()._get_output_dir(trial=trial)
-
-    def _load_optimizer_and_scheduler(self, checkpoint):
-        super()._load_optimizer_and_scheduler(checkpoint)
-        if checkpoint is not None:
-            load_component_state(self.run.named_components(), checkpoint)
-            load_generation_buffer(self, checkpoint)  # reliability: mid-reuse rollouts (num_iterations > 1)
 
     # ---- safety: fp32 master weights, non-finite loss check (rlpost/safety/kit.py) -------------
     def create_optimizer(self, *args, **kwargs):

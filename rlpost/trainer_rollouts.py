@@ -1,0 +1,78 @@
+"""The generation-side seams of RLPostTrainer (a mixin, so trainer.py stays one screen of seams).
+
+- seam 1b ``_rollout_strategy`` / ``_rollout_rewards``: the ``algorithm/rollout`` strategy
+  (rlpost/rollouts/) builds each group around TRL's own ``_generate`` and may adjust the rewards.
+- seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
+  (rlpost/corrections/rollout.py) when the correction asks for them.
+- ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read.
+
+Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate.utils import gather_object
+
+from rlpost.rollouts.base import RolloutContext
+
+
+class RolloutSeams:
+    """Mixin for ``RLPostTrainer(RolloutSeams, GRPOTrainer)``; uses the trainer's ``run`` and TRL state."""
+
+    @torch.no_grad()
+    def _mean_rollout_logprobs(self, prompt_ids: list, completion_ids: list, sampled: list | None) -> list[float]:
+        """Mean token log-prob of each local completion ``[B]``: vLLM's sampling log-probs, else a forward pass."""
+        if sampled is not None:
+            return [sum(lp) / max(1, len(lp)) for lp in ([x for x in row if x is not None] for row in sampled)]
+        pad, device = self._tokenizer.pad_token_id, self.accelerator.device
+        width_p, width_c = max(map(len, prompt_ids)), max(1, max(map(len, completion_ids)))
+        ids = torch.full((len(prompt_ids), width_p + width_c), pad, dtype=torch.long, device=device)
+        mask = torch.zeros_like(ids)
+        for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
+            ids[i, width_p - len(p) : width_p + len(c)] = torch.tensor([*p, *c], device=device)
+            mask[i, width_p - len(p) : width_p + len(c)] = 1
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            self.model, ids, mask, width_c, batch_size=self.args.per_device_train_batch_size
+        )
+        completion_mask = mask[:, width_p:].float()
+        return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
+        if self._rollout_engine is None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+
+        def own(ids):
+            return super(RolloutSeams, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
+
+        return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
+
+    # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
+    def _rollout_strategy(self, prompts: list):
+        """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
+        strategy = self.run.algorithm.rollout
+        if type(strategy).registry_name == "none" or not self.model.training:
+            self._rollout_kinds = None
+            return super()._generate(prompts)
+        rows = getattr(self, "_rollout_rows", None) or [{}] * len(prompts)
+        ctx = RolloutContext(self, super()._generate, rows, self.num_generations)
+        rollouts = strategy.generate(prompts, ctx)
+        self._rollout_kinds = rollouts.kinds
+        for kind in sorted(set(rollouts.kinds)):
+            self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
+        return rollouts.to_trl()
+
+    def _rollout_rewards(self, rewards: torch.Tensor, metrics: dict) -> torch.Tensor:
+        """The strategy's ``adjust_rewards`` on the gathered rewards [N] (train batches only)."""
+        adjust = getattr(self.run.algorithm.rollout, "adjust_rewards", None)
+        if adjust is None or getattr(self, "_rollout_kinds", None) is None:
+            return rewards
+        kinds, completions, rows = self._rollout_kinds, self._rollout.completions, self._rollout_rows
+        if self.accelerator.num_processes > 1:
+            kinds, completions, rows = gather_object(kinds), gather_object(completions), gather_object(rows)
+        rewards, extra = adjust(rewards, kinds, rows, completions, self.num_generations)
+        metrics.update(extra)
+        return rewards
