@@ -25,6 +25,7 @@ class TrainSettings:
     completions_per_step: int = 8
     micro_batch_size: int | None = None
     num_iterations: int = 1
+    minibatches: int = 1
     max_completion_length: int = 32
     temperature: float = 1.0
     top_p: float = 1.0
@@ -102,6 +103,8 @@ def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
         )
     if total % world_size:
         raise ConfigError(f"train.completions_per_step={total} does not split over {world_size} processes.")
+    if train.minibatches < 1:
+        raise ConfigError(f"train.minibatches={train.minibatches} must be >= 1 (optimizer steps per generation batch).")
     per_process = total // world_size
     micro = train.micro_batch_size or per_process
     if per_process % micro:
@@ -150,6 +153,8 @@ def grpo_config_kwargs(
         gradient_accumulation_steps=plan.grad_accum,
         num_generations=plan.num_generations,
         num_iterations=train.num_iterations,
+        # PPO-style mini-batches: one generation batch feeds `minibatches` optimizer steps per pass
+        **({"steps_per_generation": plan.grad_accum * train.minibatches} if train.minibatches > 1 else {}),
         max_completion_length=train.max_completion_length,
         temperature=train.temperature,
         top_p=train.top_p,

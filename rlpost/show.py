@@ -34,6 +34,8 @@ def explain(run: BuiltRun) -> str:
         f"  gradient accumulation   {p.grad_accum} micro-batch(es) per step",
         f"  completion tokens       at most {p.max_tokens_per_step} per step ({train.max_completion_length} per completion)",
         f"  passes over each batch  {train.num_iterations}",
+        f"  mini-batches            {train.minibatches} optimizer step(s) per generation batch and pass "
+        f"({train.minibatches * p.completions_per_step} completions generated at once)",
         f"  rollouts                {type(algo.rollout).registry_name}: {_describe(algo.rollout)}",
         f"  steps                   {train.steps} at learning rate {train.learning_rate:g} ({train.lr_scheduler})",
         "",

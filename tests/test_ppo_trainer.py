@@ -182,3 +182,21 @@ def test_ppo_two_steps_on_smollm2_through_the_cli(tmp_path):
     }
     changed = [k for k in policy if k in start and not torch.equal(policy[k], start[k])]
     assert len(changed) > len(policy) // 2, f"only {len(changed)} of {len(policy)} policy tensors changed"
+
+
+def test_ppo_epochs_over_minibatches_share_one_generation_batch(tmp_path):
+    """train.minibatches=2, num_iterations=2: one generation of 2 x 8 completions feeds 4 optimizer steps
+    (2 epochs x 2 mini-batches of 8), so the 4 steps sample once and every step trains."""
+    run = make_run(["algorithm=ppo", *ONE_EPOCH, "train.steps=4", "train.num_iterations=2", "train.minibatches=2"])
+    trainer = rlpost_trainer(run, tmp_path)
+    assert trainer.args.steps_per_generation == 2 * trainer.args.gradient_accumulation_steps
+    sampled = []
+    generate = trainer._generate
+    trainer._generate = lambda prompts: sampled.append(len(prompts)) or generate(prompts)
+    critic_start = params_of(trainer.critic)
+    trainer.train()
+    assert sampled == [16], "one generation batch of minibatches x completions_per_step completions"
+    logs = step_logs(trainer)
+    assert [log["step"] for log in logs] == [1, 2, 3, 4]
+    assert all(finite(log, "loss") and finite(log, "value/loss") for log in logs)
+    assert moved(critic_start, params_of(trainer.critic)) == len(critic_start)
