@@ -50,6 +50,7 @@ import rlpost.regularizers.entropy  # noqa: F401
 # rewards
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
+import rlpost.rewards.code_exec  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.dynamic_rubric  # noqa: F401
