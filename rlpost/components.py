@@ -55,6 +55,7 @@ import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.dynamic_rubric  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
+import rlpost.rewards.few_shot_gain  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.group_diversity  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
