@@ -186,11 +186,16 @@ class RLPostTrainer(GRPOTrainer):
         grouped = [func for func in self.reward_funcs if hasattr(func, "group_size")]
         for func in grouped:
             func.group_size = group_size
+        learners = [func for func in self.reward_funcs if hasattr(func, "learning")]  # online rewards (pared)
+        for func in learners:  # learn from training batches only
+            func.learning = self.model.training
         try:
             self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:  # outside the trainer (held-out eval) groups are runs of identical prompts again
             for func in grouped:
                 func.group_size = None
+            for func in learners:
+                func.learning = False
         return self._reward_terms  # [N, R], gathered over processes
 
     # ---- seam 3: rewards -> advantages -----------------------------------------------------
