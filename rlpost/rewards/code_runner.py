@@ -1,7 +1,8 @@
 """The child side of ``code_exec``: run a candidate program and count the test statements that pass.
 
 Run as a script by ``rlpost.rewards.sandbox`` (``python -I code_runner.py <dir>``) inside a fresh
-temporary directory holding ``program.py``, ``tests.py`` and ``spec.json`` (``{"entry_point": ...}``);
+temporary directory holding ``program.py``, ``tests.py`` and ``spec.json`` (entry point and limits; the
+limits are set first, ``set_limits``);
 it writes ``result.json`` there: ``{"status": ..., "passed": k, "total": n, "detail": ...}``. It imports
 nothing from rlpost (the child must not load torch).
 
@@ -20,6 +21,7 @@ import ast
 import io
 import json
 import os
+import resource
 import sys
 
 
@@ -39,9 +41,20 @@ def test_statements(tests: str, entry_point: str | None) -> tuple[list[ast.stmt]
     return prelude, checks[-1].body
 
 
+def set_limits(memory_mb: int, cpu_s: int) -> None:
+    """Address space, CPU seconds, file size (16 MiB) and core dumps (none) of this process."""
+    memory = memory_mb * 1024 * 1024
+    resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
+    resource.setrlimit(resource.RLIMIT_CPU, (cpu_s, cpu_s))
+    resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
+    resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+
+
 def run(folder: str) -> dict:
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
-        entry_point = json.load(handle).get("entry_point")
+        spec = json.load(handle)
+    set_limits(int(spec["memory_mb"]), int(spec["cpu_s"]))
+    entry_point = spec.get("entry_point")
     program = open(os.path.join(folder, "program.py"), encoding="utf-8").read()
     tests = open(os.path.join(folder, "tests.py"), encoding="utf-8").read()
     try:

@@ -3,9 +3,11 @@
 The parent side of ``code_exec`` (the child is ``code_runner.py``). Each call gets a fresh temporary
 directory as the child's working directory (removed afterwards); the child is ``python -I`` (no user
 site, no PYTHON* variables) with a minimal environment, in its own session so a timeout kills its
-whole process group. Limits, set in the child before it runs (``resource.setrlimit``):
-``RLIMIT_AS`` = ``memory_mb`` (a memory hog gets ``MemoryError`` or dies), ``RLIMIT_CPU`` = the time
-limit rounded up + 1 s (a busy loop gets SIGXCPU even if the wall clock timer failed),
+whole process group. Limits, set by the child itself (``code_runner.py``, ``resource.setrlimit``) before
+it reads the program (not with ``preexec_fn``, which can deadlock when the parent has threads, as the
+trainer and the reward's worker threads do):
+``RLIMIT_AS`` = ``memory_mb`` (a memory hog gets ``MemoryError`` or dies), ``RLIMIT_CPU`` = int(time
+limit) + 2 s (a busy loop gets SIGXCPU even if the wall clock timer failed),
 ``RLIMIT_FSIZE`` = 16 MiB (no disk filling), ``RLIMIT_CORE`` = 0. The wall-clock limit is
 ``timeout_s``. This is isolation against accidents (loops, hogs, crashes), not a security boundary:
 the child runs as the training user. When Debian's ``bwrap`` (bubblewrap) is on PATH and
@@ -18,7 +20,6 @@ from __future__ import annotations
 
 import json
 import os
-import resource
 import shutil
 import signal
 import subprocess
@@ -39,20 +40,6 @@ class Outcome:
     total: int = 0
 
 
-def limits(timeout_s: float, memory_mb: int):
-    """The ``preexec_fn`` that sets the child's resource limits."""
-
-    def apply() -> None:
-        memory = memory_mb * 1024 * 1024
-        resource.setrlimit(resource.RLIMIT_AS, (memory, memory))
-        cpu = int(timeout_s) + 2
-        resource.setrlimit(resource.RLIMIT_CPU, (cpu, cpu))
-        resource.setrlimit(resource.RLIMIT_FSIZE, (16 << 20, 16 << 20))
-        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
-
-    return apply
-
-
 def use_bwrap(sandbox: str) -> bool:
     if sandbox == "none":
         return False
@@ -71,7 +58,7 @@ def execute(
             with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
                 handle.write(text)
         with open(os.path.join(folder, "spec.json"), "w", encoding="utf-8") as handle:
-            json.dump({"entry_point": entry_point}, handle)
+            json.dump({"entry_point": entry_point, "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 2}, handle)
         command = [sys.executable, "-I", RUNNER, folder]
         if use_bwrap(sandbox):
             command = [
@@ -87,7 +74,6 @@ def execute(
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.DEVNULL,
                 stderr=subprocess.PIPE,
-                preexec_fn=limits(timeout_s, memory_mb),
                 start_new_session=True,
             )
         except OSError:
