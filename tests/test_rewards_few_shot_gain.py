@@ -89,7 +89,7 @@ def test_two_trainer_steps_with_demonstrations(tmp_path):
             "train.num_generations=2",
             "train.completions_per_step=4",
             "data.template='Q: 2 + 2\nA: 4\n\nQ: 5 - 3\nA: 2\n\nQ: {question}\nA:'",
-            "reward.terms=[{name: few_shot_gain, params: {model: {source: tiny_random}, device: cpu}}]",
+            "reward.terms=[{name: few_shot_gain, params: {device: cpu}}]",  # scorer: a copy of the run's model
         ]
     )
     trainer = train_rlpost(run, tmp_path)
@@ -105,5 +105,5 @@ def test_conf_scores_with_a_copy_of_the_run_model():
 
     run = build_run(compose(["reward=few_shot_gain", "model=tiny-random"]))
     assert run.reward.names == ["math_answer", "few_shot_gain"]
-    assert run.reward.funcs[1].cfg.model.source == "tiny_random"  # model: ${model}
+    assert run.reward.funcs[1].scorer.source == "tiny_random"  # model: null -> the run's model
     assert run.reward.weights.tolist() == pytest.approx([1.0, 0.1])

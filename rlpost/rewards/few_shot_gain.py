@@ -3,8 +3,8 @@
 Seed 004 #2 trains with "a specially designed reward to encourage the model to leverage few-shot
 demonstrations" next to the task reward ("auxiliary reward weighting"), and names no formula. The
 reading implemented here is the log-likelihood gain of the completion from the demonstrations, under a
-frozen scorer LM ``s`` (an rlpost model config; default SmolLM2-135M-Instruct, use the policy's base
-model so the gain is measured by the model being adapted)::
+frozen scorer LM ``s`` (an rlpost model config; ``model: null``, the default, is a frozen copy of the
+run's own base model, set in ``check_run``, so the gain is measured by the model being adapted)::
 
     g(y) = (1/|y|) sum_t [ log s(y_t | demos, x, y_<t) - log s(y_t | x, y_<t) ]     (reduce: mean)
     r(y) = clip(scale * g(y), -clip, clip)
@@ -30,7 +30,7 @@ Choices where nothing dictated one:
 from __future__ import annotations
 
 import threading
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import torch
@@ -60,7 +60,7 @@ class FewShotGain:
     @dataclass(frozen=True)
     class Config:
         zero_shot_column: str = "question"  # dataset column with the prompt text without demonstrations
-        model: ModelConfig = field(default_factory=ModelConfig)  # the frozen scorer (rlpost model config)
+        model: ModelConfig | None = None  # the frozen scorer, an rlpost model config (null: a copy of the run's model)
         reduce: Literal["mean", "sum"] = "mean"  # average or sum the per-token gain
         scale: float = 1.0  # multiplier of the gain
         clip: float = 5.0  # |reward| bound after scaling
@@ -73,6 +73,7 @@ class FewShotGain:
         if cfg.max_length < 1:
             raise ParamError("max_length", f"must be >= 1, got {cfg.max_length}")
         self.cfg = cfg
+        self.scorer = cfg.model  # null until check_run copies the run's model config
         self._model = self._tokenizer = None
         self._lock = threading.Lock()
 
@@ -83,15 +84,22 @@ class FewShotGain:
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
+    def check_run(self, run: Any) -> None:
+        """Called by ``build_run``: ``model: null`` scores with a frozen copy of the run's (base) model."""
+        if self.scorer is None:
+            self.scorer = run.model
+
     def load(self) -> None:
         from rlpost.models import load_model, load_tokenizer
 
+        if self.scorer is None:
+            raise ValueError("few_shot_gain: params.model is null and no run set it; give an rlpost model config")
         if self._model is None:
             device = self.cfg.device
             if device == "auto":
                 device = "cuda" if torch.cuda.is_available() else "cpu"
-            self._tokenizer = load_tokenizer(self.cfg.model)
-            self._model = load_model(self.cfg.model).to(device).eval().requires_grad_(False)
+            self._tokenizer = load_tokenizer(self.scorer)
+            self._model = load_model(self.scorer).to(device).eval().requires_grad_(False)
 
     def context_ids(self, prompt: Any) -> list[int]:
         tok = self._tokenizer
