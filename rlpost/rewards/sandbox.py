@@ -10,7 +10,7 @@ trainer and the reward's worker threads do):
 limit) + 2 s (a busy loop gets SIGXCPU even if the wall clock timer failed),
 ``RLIMIT_FSIZE`` = 16 MiB (no disk filling), ``RLIMIT_CORE`` = 0. The wall-clock limit is
 ``timeout_s``. This is isolation against accidents (loops, hogs, crashes), not a security boundary:
-the child runs as the training user. When Debian's ``bwrap`` (bubblewrap) is on PATH and
+the child runs as the training user and could, say, write its own ``result.json``. When Debian's ``bwrap`` (bubblewrap) is on PATH and
 ``sandbox: auto``/``bwrap``, the child additionally runs with a read-only root, its own temp dir
 writable, and no network (``--unshare-all``); bwrap is not installed on the machines rlpost was
 developed on, so that path is not covered by the tests there.
