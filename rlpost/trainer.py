@@ -134,11 +134,16 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, GRPOTrainer):
         grouped = [func for func in self.run.reward.funcs if hasattr(func, "group_size")]  # unwrapped
         for func in grouped:
             func.group_size = group_size
+        learners = [func for func in self.run.reward.funcs if hasattr(func, "learning")]  # online rewards (pared)
+        for func in learners:  # learn from training batches only
+            func.learning = self.model.training
         try:
             self._reward_terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
         finally:  # outside the trainer (held-out eval) groups are runs of identical prompts again
             for func in grouped:
                 func.group_size = None
+            for func in learners:
+                func.learning = False
         # reliability: failed samples per term (rewards/guard.py), summed over processes
         mode = "train" if self.model.training else "eval"
         for name, count in take_failure_counts(self.reward_funcs).items():
