@@ -61,6 +61,7 @@ import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 import rlpost.rewards.overlap  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
+import rlpost.rewards.qe_lid  # noqa: F401
 import rlpost.rewards.rank_judge  # noqa: F401
 import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
