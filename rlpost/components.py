@@ -77,3 +77,6 @@ import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
 import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
+
+# data transforms
+import rlpost.transforms.ect  # noqa: F401

@@ -48,6 +48,7 @@ class DataConfig:
     answer_field: str = "answer"
     system_prompt: str | None = None
     conversational: bool = True
+    transform: dict[str, Any] = field(default_factory=lambda: {"name": "none"})  # conf/data/transform/ (rlpost/transforms/)
 
     def __post_init__(self):
         if self.source == "reasoning_gym":
@@ -66,6 +67,9 @@ class DataConfig:
             raise ValueError(f"data.eval_size must be >= 0, got {self.eval_size}")
         if not self.template.strip():
             raise ValueError("data.template is empty")
+        from rlpost.transforms.base import build_transform
+
+        build_transform(self.transform)  # a bad data.transform fails here, before any model loads
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -74,6 +78,10 @@ def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
         train, evals = _reasoning_gym_splits(cfg)
     else:
         train, evals = _file_splits(cfg)
+    from rlpost.transforms.base import build_transform
+
+    transform = build_transform(cfg.transform)  # data.transform (identity unless set): rewrites prompts per split
+    train, evals = transform(train, "train"), transform(evals, "eval")
     return _to_dataset(train), _to_dataset(evals)
 
 
