@@ -155,8 +155,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def resolve_data_path(path: str) -> str:
     """A relative path is looked up from the working directory, then from the repository root,
     so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
-    if os.path.isabs(path) or os.path.exists(path) or not (REPO_ROOT / path).exists():
-        return path
+    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
+        return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
     return str(REPO_ROOT / path)
 
 
