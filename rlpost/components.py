@@ -64,6 +64,7 @@ import rlpost.rewards.math_answer  # noqa: F401
 import rlpost.rewards.overlap  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
 import rlpost.rewards.pared  # noqa: F401
+import rlpost.rewards.qe_lid  # noqa: F401
 import rlpost.rewards.rank_judge  # noqa: F401
 import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
@@ -79,3 +80,6 @@ import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
 import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
+
+# data transforms
+import rlpost.transforms.ect  # noqa: F401

@@ -53,6 +53,7 @@ class DataConfig:
     conversational: bool = True
     on_bad_row: Literal["fail", "skip"] = "fail"  # a malformed file row: stop, or skip it (counted, logged)
     max_prompt_chars: int | None = 20000  # longer rendered prompts are malformed rows (null = no limit)
+    transform: dict[str, Any] = field(default_factory=lambda: {"name": "none"})  # conf/data/transform/ (rlpost/transforms/)
 
     def __post_init__(self):
         if self.source == "reasoning_gym":
@@ -73,6 +74,9 @@ class DataConfig:
             raise ValueError("data.template is empty")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError(f"data.max_prompt_chars must be >= 1 or null, got {self.max_prompt_chars}")
+        from rlpost.transforms.base import build_transform
+
+        build_transform(self.transform)  # a bad data.transform fails here, before any model loads
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -81,6 +85,10 @@ def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
         train, evals = _reasoning_gym_splits(cfg)
     else:
         train, evals = _file_splits(cfg)
+    from rlpost.transforms.base import build_transform
+
+    transform = build_transform(cfg.transform)  # data.transform (identity unless set): rewrites prompts per split
+    train, evals = transform(train, "train"), transform(evals, "eval")
     return _to_dataset(train), _to_dataset(evals)
 
 
@@ -154,8 +162,8 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 def resolve_data_path(path: str) -> str:
     """A relative path is looked up from the working directory, then from the repository root,
     so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
-    if os.path.isabs(path) or os.path.exists(path) or not (REPO_ROOT / path).exists():
-        return path
+    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
+        return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
     return str(REPO_ROOT / path)
 
 

@@ -1,0 +1,1 @@
+"""Data transforms: rewrite formatted prompt rows after loading (``data.transform``, conf/data/transform/)."""

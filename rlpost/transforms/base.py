@@ -1,0 +1,72 @@
+"""The data-transform Protocol, its registry, and the identity transform ``none``.
+
+A transform maps the formatted rows of one split (``{"prompt": ..., "answer": ..., <columns>}``, as
+rlpost/data.py builds them) to new rows; ``split`` is ``"train"`` or ``"eval"``, so a transform can
+condition training and deployment prompts differently. It runs after train and eval are split and
+deduplicated, in ``load_datasets``; ``rlpost eval`` and the held-out eval see the eval rewrite.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import Any, Literal, Protocol
+
+from rlpost.errors import ConfigError
+from rlpost.registry import Registry
+from rlpost.schema import build_config, to_container
+
+Split = Literal["train", "eval"]
+
+
+class Transform(Protocol):
+    Config: type
+
+    def __call__(self, rows: list[dict], split: Split) -> list[dict]: ...
+
+
+TRANSFORMS: Registry[Transform] = Registry("data transform")
+
+
+def build_transform(node: Mapping[str, Any] | None, where: str = "data.transform") -> Transform:
+    """``{name: <registered transform>, ...its Config}`` -> the transform (ConfigError naming ``where``)."""
+    import rlpost.components  # noqa: F401  (registers every transform; imported here, not at module load)
+
+    node = dict(to_container(node) or {"name": "none"})
+    try:
+        cls = TRANSFORMS.get(node.pop("name", "none"))
+    except ConfigError as err:
+        raise ConfigError(f"{where}.name: {err}") from None
+    return cls(build_config(cls.Config, node, where))
+
+
+def add_note(prompt: Any, note: str, position: str) -> Any:
+    """``prompt`` (chat messages or a string) with ``note`` added as a system message (appended to an
+    existing one), or before / after the last user message; a string prompt takes it before or after."""
+    if isinstance(prompt, str):
+        return f"{prompt}\n\n{note}" if position == "suffix" else f"{note}\n\n{prompt}"
+    messages = [dict(m) for m in prompt]
+    if position == "system":
+        if messages and messages[0].get("role") == "system":
+            messages[0]["content"] = f"{messages[0]['content']}\n\n{note}"
+            return messages
+        return [{"role": "system", "content": note}, *messages]
+    last = max((i for i, m in enumerate(messages) if m.get("role") == "user"), default=len(messages) - 1)
+    text = messages[last]["content"]
+    messages[last]["content"] = f"{text}\n\n{note}" if position == "suffix" else f"{note}\n\n{text}"
+    return messages
+
+
+@TRANSFORMS.register("none")
+class Identity:
+    """No transform: the rows as data.py formatted them."""
+
+    @dataclass(frozen=True)
+    class Config:
+        pass
+
+    def __init__(self, cfg: Config):
+        self.cfg = cfg
+
+    def __call__(self, rows: list[dict], split: Split) -> list[dict]:
+        return rows
