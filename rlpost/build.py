@@ -277,6 +277,11 @@ def check_run(run: BuiltRun) -> None:
                 "algorithm.replay (offline REGEN training) and algorithm.critic (PPO) cannot be combined: "
                 "REGEN trains from recorded rollouts, which carry no critic values; drop one of the two."
             )
+        if type(algo.rollout).registry_name != "none":
+            raise ConfigError(
+                f"algorithm/rollout={type(algo.rollout).registry_name} shapes generated groups, but algorithm.replay "
+                "(offline REGEN training) generates nothing; use algorithm/rollout=none with replays."
+            )
         algo.offline.check_run(run)
     check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
     for component in run.components():  # components that name reward terms or need a reference model

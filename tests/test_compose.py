@@ -167,12 +167,13 @@ def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
 
 
 @pytest.mark.parametrize("bundle", BUNDLES)
-def test_every_correction_composes_with_every_bundle_and_reward(bundle):
+def test_every_correction_composes_with_every_bundle_and_reward(bundle, required):
     """``algorithm=gepo algorithm/correction=tis reward=...``: the correction node is exactly its own file
     whatever the bundle and reward, and the built run carries that correction."""
+    needs = required.get(("algorithm", bundle), [])  # e.g. regen's replay folders
     for option in group_options("algorithm/correction"):
         for reward in ("math_answer", "math_answer_format"):
-            cfg = compose([f"algorithm={bundle}", f"algorithm/correction={option}", f"reward={reward}"])
+            cfg = compose([f"algorithm={bundle}", f"algorithm/correction={option}", f"reward={reward}", *needs])
             assert OmegaConf.to_container(cfg.algorithm.correction) == own_node("correction", option), (bundle, option)
             run = build_run(cfg)
             assert type(run.algorithm.correction).registry_name == option and run.algorithm.name == bundle
@@ -234,8 +235,12 @@ def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, requ
     """``algorithm/rollout=X`` with each named method (the swapped node is exactly X's own file and the
     bundle's advantage/loss stay) and with each ``reward=...`` (a reward's NEEDS and required values)."""
     for bundle in BUNDLES:
-        cfg = compose([f"algorithm={bundle}", f"algorithm/rollout={rollout}"])
+        cfg = compose([f"algorithm={bundle}", f"algorithm/rollout={rollout}", *required.get(("algorithm", bundle), [])])
         assert OmegaConf.to_container(cfg.algorithm.rollout) == own_node("rollout", rollout), (bundle, rollout)
+        if cfg.algorithm.get("replay") and rollout != "none":  # offline REGEN generates nothing to shape
+            with pytest.raises(ConfigError, match="generates nothing"):
+                build_run(cfg)
+            continue
         run = build_run(cfg)
         assert type(run.algorithm.rollout).registry_name == rollout and run.algorithm.name == bundle
     for reward in group_options("reward"):
