@@ -41,12 +41,6 @@ def check_hardware(run: Any) -> None:
             f"hardware={hw.name} (ZeRO-{hw.zero_stage}) needs DeepSpeed, which is not installed: "
             "pip install 'rlpost[deepspeed]'."
         )
-    if hw.zero_stage == 3 and (run.settings.eval.at_end or run.settings.eval.every):
-        raise ConfigError(
-            f"hardware={hw.name} shards the parameters (ZeRO-3), so the in-run evaluation (eval.at_end / eval.every) "
-            "cannot generate with them: set eval.at_end=false eval.every=0 and evaluate the saved model with "
-            "rlpost eval run=<run dir>."
-        )
     if hw.use_vllm:
         check_vllm(hw)
     if hw.num_machines > 1:

@@ -6,12 +6,14 @@ transformers already knows is left as ``"auto"`` so the Trainer fills it from th
 DeepSpeed docs leave it to the user: ``zero_allow_untested_optimizer`` (transformers builds a torch
 AdamW, not a DeepSpeed one, so no op is compiled), ``stage3_gather_16bit_weights_on_model_save``
 (a ZeRO-3 ``save_model`` writes a whole, ordinary safetensors model that plain transformers loads),
-pinned CPU memory for offload.
+pinned CPU memory for offload. With ZeRO-3 the in-run evaluation gathers the whole parameters on
+every process for the duration of the eval (``gathered_parameters``).
 """
 
 from __future__ import annotations
 
 import json
+from contextlib import nullcontext
 from pathlib import Path
 from typing import Any
 
@@ -72,3 +74,13 @@ def describe(hardware: Any) -> str:
     if hardware.offload == "cpu":
         line += "; optimizer state and parameters offloaded to CPU memory"
     return line + f" (config written to <run>/{FILE_NAME})"
+
+
+def gathered_parameters(hardware: Any, model: Any):
+    """A context in which a ZeRO-3 model holds its whole parameters on every process (for generation
+    in the in-run evaluation); a no-op otherwise, and for parameters DeepSpeed has not partitioned yet."""
+    if int(hardware.zero_stage) != 3:
+        return nullcontext()
+    import deepspeed
+
+    return deepspeed.zero.GatheredParameters(list(model.parameters()), modifier_rank=None)
