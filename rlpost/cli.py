@@ -180,7 +180,7 @@ def cmd_train(args: list[str]) -> int:
 def hardware_of(args: list[str], multirun: bool):
     """The hardware profile when this launch must re-run under accelerate launch, else None."""
     from rlpost.config import HardwareConfig
-    from rlpost.launch.accelerate import should_relaunch
+    from rlpost.launch.accelerate import should_relaunch, single_process_env
     from rlpost.launch.checks import check_multirun
     from rlpost.schema import build_config, to_container
 
@@ -190,7 +190,10 @@ def hardware_of(args: list[str], multirun: bool):
         return None
     cfg = compose([a for a in args if not a.startswith("-")])
     hardware = build_config(HardwareConfig, to_container(cfg.hardware), "hardware")
-    return hardware if should_relaunch(hardware) else None
+    if should_relaunch(hardware):
+        return hardware
+    single_process_env(hardware)  # ZeRO in one process: the env a launcher would set
+    return None
 
 
 def _train_job(cfg) -> float | None:

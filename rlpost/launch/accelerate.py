@@ -33,6 +33,15 @@ def should_relaunch(hardware: Any) -> bool:
     return hardware.num_processes > 1 and not os.environ.get(MARKER) and "LOCAL_RANK" not in os.environ
 
 
+def single_process_env(hardware: Any) -> None:
+    """One process with DeepSpeed (ZeRO on one GPU): the rendezvous variables a launcher would set,
+    so DeepSpeed's init_distributed finds a world of 1 instead of searching for MPI."""
+    if hardware.zero_stage and hardware.num_processes == 1 and "WORLD_SIZE" not in os.environ:
+        for key, value in (("RANK", "0"), ("LOCAL_RANK", "0"), ("WORLD_SIZE", "1"), ("MASTER_ADDR", "127.0.0.1")):
+            os.environ.setdefault(key, value)
+        os.environ.setdefault("MASTER_PORT", str(hardware.main_process_port))
+
+
 def default_run_dir() -> str:
     """Hydra's default run directory (conf/config.yaml hydra.run.dir), fixed once for every process."""
     return time.strftime("outputs/%Y-%m-%d/%H-%M-%S")
