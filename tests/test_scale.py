@@ -202,3 +202,26 @@ def test_multirun_with_processes_is_refused(no_launch, capsys):
 
 def test_serve_fails_fast_on_cpu(no_launch, capsys):
     fails(capsys, ["serve", "model=tiny-random"], "CUDA GPU", "pip install 'rlpost[vllm]'")
+
+
+def test_sweep_launcher_configs():
+    """hydra/launcher=local (joblib) and hydra/launcher=slurm (submitit) resolve to the plugins' launchers."""
+    from hydra import compose, initialize_config_dir
+
+    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base=None):
+        local = compose(config_name="config", overrides=["hydra/launcher=local"], return_hydra_config=True)
+        slurm = compose(
+            config_name="config",
+            overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
+            return_hydra_config=True,
+        )
+    assert local.hydra.launcher._target_.endswith("JoblibLauncher") and local.hydra.launcher.n_jobs == 2
+    assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.timeout_min, slurm.hydra.launcher.tasks_per_node) == (
+        "gpu",
+        120,
+        1,
+    )
+    from omegaconf import OmegaConf
+
+    assert OmegaConf.to_container(slurm.hydra.sweep)["subdir"] == "${hydra:job.num}"  # each job its own run directory

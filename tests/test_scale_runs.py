@@ -123,11 +123,35 @@ def test_zero3_two_processes_saves_a_plain_model(tmp_path):
 @pytest.mark.slow
 def test_joblib_multirun_two_jobs(tmp_path):
     sweep = tmp_path / "sweep"
-    args = ["-m", "hydra/launcher=local", "seed=0,1", f"hydra.sweep.dir={sweep}"]
-    done = rlpost([*[o for o in QUICK if o != "train.steps=2"], "train.steps=1", *args], tmp_path)
+    args = ["hydra/launcher=local", "seed=0,1", f"hydra.sweep.dir={sweep}"]
+    done = rlpost(["-m", *[o for o in QUICK if o != "train.steps=2"], "train.steps=1", *args], tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     for job in ("0", "1"):  # each job its own run directory
         summary = json.loads((sweep / job / "summary.json").read_text())
         assert summary["steps"] == 1 and summary["run_dir"] == str(sweep / job)
     table = (sweep / "sweep_summary.md").read_text()
+    assert "seed=0" in table and "seed=1" in table
+
+
+@pytest.mark.slow
+def test_submitit_local_multirun_and_summary(tmp_path):
+    """The submitit launcher (what hydra/launcher=slurm uses, here its local executor): job folders and
+    the sweep summary as with joblib; submitit's own .submitit/ folder is not taken for a job."""
+    sweep = tmp_path / "sweep"
+    args = [
+        "-m",
+        "hydra/launcher=submitit_local",
+        "hydra.launcher.timeout_min=20",
+        "seed=0,1",
+        f"hydra.sweep.dir={sweep}",
+    ]
+    done = rlpost([*[o for o in QUICK if o != "train.steps=2"], "train.steps=1", *args], tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    assert (sweep / ".submitit").is_dir()
+    for job in ("0", "1"):
+        assert json.loads((sweep / job / "summary.json").read_text())["steps"] == 1
+    from rlpost.sweep import load_jobs
+
+    assert sorted(job.name for job in load_jobs(sweep)) == ["0", "1"]
+    table = (sweep / "sweep_summary.md").read_text()  # the callback ran in the launching process
     assert "seed=0" in table and "seed=1" in table
