@@ -157,6 +157,7 @@ def test_show_explains_hardware(capsys):
         (["hardware=multi-node"], ["hardware.main_process_ip"]),
         (["hardware=multi-node", "hardware.main_process_ip=10.0.0.1", "hardware.num_processes=3"], ["does not split"]),
         (["hardware.vllm_mode=remote", "hardware.use_vllm=true"], ["hardware.vllm_mode"]),
+        (["algorithm=ppo", *CPU, "hardware=zero2", "hardware.zero_stage=3"], ["algorithm.critic", "ZeRO-3"]),
     ],
     ids=[
         "trusted-projection-zero2",
@@ -170,6 +171,7 @@ def test_show_explains_hardware(capsys):
         "multi-node-no-ip",
         "multi-node-split",
         "bad-vllm-mode",
+        "ppo-critic-zero3",
     ],
 )
 def test_hardware_cross_checks(no_launch, capsys, overrides, expected):
