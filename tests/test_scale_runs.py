@@ -139,13 +139,12 @@ def test_submitit_local_multirun_and_summary(tmp_path):
     the sweep summary as with joblib; submitit's own .submitit/ folder is not taken for a job."""
     sweep = tmp_path / "sweep"
     args = [
-        "-m",
         "hydra/launcher=submitit_local",
         "hydra.launcher.timeout_min=20",
         "seed=0,1",
         f"hydra.sweep.dir={sweep}",
     ]
-    done = rlpost([*[o for o in QUICK if o != "train.steps=2"], "train.steps=1", *args], tmp_path)
+    done = rlpost(["-m", *[o for o in QUICK if o != "train.steps=2"], "train.steps=1", *args], tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     assert (sweep / ".submitit").is_dir()
     for job in ("0", "1"):
