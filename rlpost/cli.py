@@ -55,8 +55,20 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parser = OverridesParser.create()
+    parsed = [_interval_start(o, parser) for o in parser.parse_overrides(overrides)]
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def _interval_start(override, parser):
+    """``key=interval(a,b)`` (a search space of hydra/sweeper=search, Optuna) is validated at ``a``."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type != ValueType.INTERVAL_SWEEP:
+        return override
+    start = override.value().start
+    start = int(start) if "int" in override.value().tags else start
+    return parser.parse_override(f"{override.get_key_element()}={start}")
 
 
 def validate(overrides: list[str], multirun: bool) -> None:

@@ -154,3 +154,25 @@ def test_submitit_local_multirun_and_summary(tmp_path):
     assert sorted(job.name for job in load_jobs(sweep)) == ["0", "1"]
     table = (sweep / "sweep_summary.md").read_text()  # the callback ran in the launching process
     assert "seed=0" in table and "seed=1" in table
+
+
+@pytest.mark.slow
+def test_optuna_search_two_trials(tmp_path):
+    """hydra/sweeper=search: Optuna samples train.learning_rate from an interval, each trial a train job
+    (its own run directory) whose returned eval/accuracy is the objective; the best is recorded."""
+    import yaml
+
+    sweep = tmp_path / "sweep"
+    args = ["hydra/sweeper=search", "hydra.sweeper.n_trials=2", "train.learning_rate=interval(1e-3,1e-2)"]
+    quick = [o for o in QUICK if o not in ("train.steps=2", "eval.at_end=false") and not o.startswith("train.learning")]
+    done = rlpost(["-m", *quick, "train.steps=1", "eval.at_end=true", *args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    assert done.returncode == 0, done.stderr[-4000:]
+    rates = []
+    for job in ("0", "1"):
+        summary = json.loads((sweep / job / "summary.json").read_text())
+        assert summary["steps"] == 1 and math.isfinite(summary["after"]["eval/accuracy"])
+        overrides = yaml.safe_load((sweep / job / "overrides.yaml").read_text())
+        rates += [float(o.split("=", 1)[1]) for o in overrides if o.startswith("train.learning_rate=")]
+    assert len(rates) == 2 and all(1e-3 <= r <= 1e-2 for r in rates) and rates[0] != rates[1]
+    best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
+    assert "train.learning_rate" in best["best_params"]
