@@ -212,6 +212,7 @@ def test_sweep_launcher_configs():
 
     with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base=None):
         local = compose(config_name="config", overrides=["hydra/launcher=local"], return_hydra_config=True)
+        search = compose(config_name="config", overrides=["hydra/sweeper=search"], return_hydra_config=True)
         slurm = compose(
             config_name="config",
             overrides=["hydra/launcher=slurm", "hydra.launcher.partition=gpu"],
@@ -219,6 +220,7 @@ def test_sweep_launcher_configs():
         )
     assert local.hydra.launcher._target_.endswith("JoblibLauncher") and local.hydra.launcher.n_jobs == 2
     assert slurm.hydra.launcher._target_.endswith("SlurmLauncher")
+    assert search.hydra.sweeper._target_.endswith("OptunaSweeper") and search.hydra.sweeper.direction == "maximize"
     assert (slurm.hydra.launcher.partition, slurm.hydra.launcher.timeout_min, slurm.hydra.launcher.tasks_per_node) == (
         "gpu",
         120,
@@ -227,3 +229,11 @@ def test_sweep_launcher_configs():
     from omegaconf import OmegaConf
 
     assert OmegaConf.to_container(slurm.hydra.sweep)["subdir"] == "${hydra:job.num}"  # each job its own run directory
+
+
+def test_search_space_is_validated_at_its_lower_end():
+    jobs = cli.expand_sweep(["train.learning_rate=interval(1e-4,1e-2)", "train.steps=int(interval(2,5))", "seed=0,1"])
+    assert jobs == [
+        ["train.learning_rate=0.0001", "train.steps=2", "seed=0"],
+        ["train.learning_rate=0.0001", "train.steps=2", "seed=1"],
+    ]
