@@ -25,6 +25,8 @@ from rlpost.corrections.base import CORRECTIONS, Correction
 from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
+from rlpost.launch.checks import check_hardware
+from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
@@ -132,6 +134,8 @@ class BuiltRun:
         )
         if algo.correction.registry_name != "none":  # rlpost's correction replaces TRL's vLLM one, never both
             kwargs["vllm_importance_sampling_correction"] = False
+        if self.hardware.zero_stage:  # DeepSpeed ZeRO: the generated config (rlpost/launch/deepspeed.py)
+            kwargs["deepspeed"] = deepspeed_config(self.hardware)
         if fp32_lm_head(self):  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
             kwargs["cast_lm_head_to_fp32"] = True
         return kwargs
@@ -247,6 +251,7 @@ def build_run(cfg: Any) -> BuiltRun:
 def check_run(run: BuiltRun) -> None:
     """Cross-group checks: combinations that each group alone cannot see."""
     train, algo, hw = run.settings.train, run.algorithm, run.hardware
+    check_hardware(run)  # scale-out: ZeRO / vLLM / multi-node keys (rlpost/launch/checks.py)
     if hw.use_vllm and hw.device != "cuda":
         raise ConfigError("hardware.use_vllm=true needs hardware.device=cuda: vLLM rollouts run only on a GPU.")
     if hw.device == "cuda" and not torch.cuda.is_available():

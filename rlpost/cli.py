@@ -32,6 +32,7 @@ commands:
   sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
   report  a self-contained HTML page of a run or a sweep: rlpost report RUN_OR_SWEEP_DIR [--out FILE]
+  serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
 """
 
 
@@ -54,8 +55,20 @@ def expand_sweep(overrides: list[str]) -> list[list[str]]:
     from hydra._internal.core_plugins.basic_sweeper import BasicSweeper
     from hydra.core.override_parser.overrides_parser import OverridesParser
 
-    parsed = OverridesParser.create().parse_overrides(overrides)
+    parser = OverridesParser.create()
+    parsed = [_interval_start(o, parser) for o in parser.parse_overrides(overrides)]
     return [job for batch in BasicSweeper.split_arguments(parsed, None) for job in batch]
+
+
+def _interval_start(override, parser):
+    """``key=interval(a,b)`` (a search space of hydra/sweeper=search, Optuna) is validated at ``a``."""
+    from hydra.core.override_parser.types import ValueType
+
+    if override.value_type != ValueType.INTERVAL_SWEEP:
+        return override
+    start = override.value().start
+    start = int(start) if "int" in override.value().tags else start
+    return parser.parse_override(f"{override.get_key_element()}={start}")
 
 
 def validate(overrides: list[str], multirun: bool) -> None:
@@ -162,13 +175,37 @@ def cmd_train(args: list[str]) -> int:
         try:
             validate([a for a in args if not a.startswith("-")], multirun)
             args = [*args, *launch_overrides([a for a in args if not a.startswith("-")], multirun)]  # reliability
+            hardware = hardware_of(args, multirun)  # scale-out: N processes -> accelerate launch (rlpost/launch/)
         except ConfigError as err:
             return fail(str(err))
+        if hardware is not None:
+            from rlpost.launch.accelerate import relaunch
+
+            return relaunch(hardware, [a for a in args if not a.startswith("-")])
     elif print_redacted_job_config(args):  # reliability: --cfg job goes through secret redaction
         return 0
     sys.argv = ["rlpost train", *args]
     hydra.main(config_path=str(CONF_DIR), config_name="config", version_base=None)(_train_job)()
     return 0
+
+
+def hardware_of(args: list[str], multirun: bool):
+    """The hardware profile when this launch must re-run under accelerate launch, else None."""
+    from rlpost.config import HardwareConfig
+    from rlpost.launch.accelerate import should_relaunch, single_process_env
+    from rlpost.launch.checks import check_multirun
+    from rlpost.schema import build_config, to_container
+
+    if multirun:
+        for job in expand_sweep([a for a in args if not a.startswith("-")]):
+            check_multirun(build_config(HardwareConfig, to_container(compose(job).hardware), "hardware"))
+        return None
+    cfg = compose([a for a in args if not a.startswith("-")])
+    hardware = build_config(HardwareConfig, to_container(cfg.hardware), "hardware")
+    if should_relaunch(hardware):
+        return hardware
+    single_process_env(hardware)  # ZeRO in one process: the env a launcher would set
+    return None
 
 
 def _train_job(cfg) -> float | None:
@@ -314,6 +351,7 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
     "sweep-summary": tool_command("sweep_summary"),
     "diagnose": tool_command("diagnose"),
     "report": cmd_report,
+    "serve": tool_command("serve"),  # scale-out: rlpost/tools/serve.py
 }
 
 

@@ -64,6 +64,18 @@ class HardwareConfig:
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
     num_processes: int = 1
     use_vllm: bool = False
+    # ---- scale-out (rlpost/launch/): DeepSpeed ZeRO, multi-node accelerate launch, vLLM rollouts ----
+    zero_stage: int = 0  # 0 = no DeepSpeed; 1, 2 or 3 = DeepSpeed ZeRO stage (config written to <run>/deepspeed.json)
+    offload: Literal["none", "cpu"] = "none"  # ZeRO-3 offload of optimizer state and parameters to CPU memory
+    num_machines: int = 1  # machines of a multi-node run (num_processes counts processes over all machines)
+    machine_rank: int = 0  # this machine's rank (0 = the main machine)
+    main_process_ip: str | None = None  # address of machine 0 (multi-node)
+    main_process_port: int = 29500  # rendezvous port on machine 0
+    vllm_mode: Literal["colocate", "server"] = "colocate"  # vLLM in the training processes or a separate server
+    vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of colocated vLLM
+    vllm_tensor_parallel_size: int = 1  # tensor parallelism of colocated vLLM
+    vllm_server_host: str = "0.0.0.0"  # rlpost serve's host (vllm_mode=server)
+    vllm_server_port: int = 8000  # rlpost serve's port (vllm_mode=server)
 
 
 @dataclass(frozen=True)
@@ -102,7 +114,7 @@ def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
             f"every prompt's group must fit in one step (try {max(g, total // g * g)})."
         )
     if total % world_size:
-        raise ConfigError(f"train.completions_per_step={total} does not split over {world_size} processes.")
+        raise ConfigError(f"train.completions_per_step={total} does not split over {world_size} processes (hardware.num_processes).")
     if train.minibatches < 1:
         raise ConfigError(f"train.minibatches={train.minibatches} must be >= 1 (optimizer steps per generation batch).")
     per_process = total // world_size
@@ -167,6 +179,7 @@ def grpo_config_kwargs(
         fp16=hardware.precision == "fp16",
         use_cpu=hardware.device == "cpu",
         use_vllm=hardware.use_vllm,
+        **_vllm_kwargs(hardware),  # scale-out (rlpost/launch/): vllm_mode and its settings when use_vllm
         logging_steps=1,
         save_strategy="steps" if train.save_steps else "no",
         save_steps=train.save_steps or 500,
@@ -176,6 +189,21 @@ def grpo_config_kwargs(
         log_completions=False,  # rlpost writes samples.jsonl itself
         remove_unused_columns=False,
         run_name=run_name,
+    )
+
+
+def _vllm_kwargs(hardware: HardwareConfig) -> dict[str, Any]:
+    """TRL's vLLM settings from the hardware profile (nothing unless hardware.use_vllm)."""
+    if not hardware.use_vllm:
+        return {}
+    if hardware.vllm_mode == "server":
+        return dict(
+            vllm_mode="server", vllm_server_host=hardware.vllm_server_host, vllm_server_port=hardware.vllm_server_port
+        )
+    return dict(
+        vllm_mode="colocate",
+        vllm_gpu_memory_utilization=hardware.vllm_gpu_memory_utilization,
+        vllm_tensor_parallel_size=hardware.vllm_tensor_parallel_size,
     )
 
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from rlpost.algorithms.critic import describe_critic
 from rlpost.build import BuiltRun
+from rlpost.launch.plan import describe_hardware
 from rlpost.losses.aggregation import describe_aggregation
 
 
@@ -38,6 +39,9 @@ def explain(run: BuiltRun) -> str:
         f"({train.minibatches * p.completions_per_step} completions generated at once)",
         f"  rollouts                {type(algo.rollout).registry_name}: {_describe(algo.rollout)}",
         f"  steps                   {train.steps} at learning rate {train.learning_rate:g} ({train.lr_scheduler})",
+        "",
+        "Hardware:",
+        *describe_hardware(run.hardware, p),  # scale-out (rlpost/launch/plan.py)
         "",
         "Reward:",
     ]

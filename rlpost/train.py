@@ -20,6 +20,7 @@ from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.eval_callback import PeriodicEvalCallback
 from rlpost.evaluate import evaluate
+from rlpost.launch.deepspeed import gathered_parameters, write_deepspeed_config
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.preemption import PreemptionCallback
@@ -37,6 +38,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     rundir = RunDirectory(run_dir)
     install_log_redaction()  # secrets never reach a log record (rlpost/secrets.py)
     rundir.write_config(cfg, overrides or [])
+    write_deepspeed_config(run.hardware, rundir.path)  # scale-out: <run>/deepspeed.json when ZeRO (rlpost/launch/)
     remove_stale_staging(rundir.checkpoints)  # a save killed half-way (rlpost/checkpoints.py)
     resume_from = _resume_checkpoint(run, rundir)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
@@ -119,6 +121,11 @@ def _check_eval_columns(run: BuiltRun, eval_set) -> None:
 
 def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
     settings = run.settings
+    with gathered_parameters(run.hardware, model):  # scale-out: ZeRO-3 shards gathered for generate
+        return _evaluate_gathered(run, model, tokenizer, eval_set, settings)
+
+
+def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> dict[str, float]:
     return evaluate(
         model,
         tokenizer,

@@ -22,6 +22,7 @@ CONF = ROOT / "conf"
 RECIPES = ROOT / "recipes"
 LIST_GROUPS = {"algorithm/regularizers"}  # groups chosen as a list: algorithm/regularizers=[entropy]
 CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only machine
+CUDA_OPTIONS |= {("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")}
 NEEDS = {  # options that name reward terms the default reward (math_answer) lacks: the reward they are made for
     ("algorithm/advantage", "tiar"): ["reward=ternary_abstention"],
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
@@ -36,7 +37,7 @@ def options() -> list[tuple[str, str]]:
     found = []
     for path in sorted(CONF.rglob("*.yaml")):
         group = path.parent.relative_to(CONF).as_posix()
-        if group != ".":
+        if group != "." and not group.startswith("hydra/"):  # hydra/launcher: Hydra's own node (test_scale.py)
             found.append((group, path.stem))
     return found
 
@@ -63,6 +64,7 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
         ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("recipe", "ppo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("model", "hf"): [f"model.path={tmp / 'model'}"],
+        ("hardware", "multi-node"): ["hardware.main_process_ip=10.0.0.1"],
         ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],
         ("data", "parquet"): [f"data.path={tmp / 'rows.parquet'}"],
         ("data", "hf"): [f"data.path={tmp / 'dataset'}"],
@@ -99,7 +101,7 @@ def test_every_option_composes_and_builds(group, option, required):
         pytest.fail(f"{path} has a required value (???): add it to REQUIRED in this test")
     cfg = compose(overrides)
     if (group, option) in CUDA_OPTIONS and not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="CUDA"):
+        with pytest.raises(ConfigError, match="CUDA|DeepSpeed|hardware.num_processes"):  # zero: no extra; multi-node: 16 processes
             build_run(cfg)
         return
     run = build_run(cfg)

@@ -128,7 +128,7 @@ def check_critic(run) -> None:
             "algorithm.kl.placement=token puts the KL in each token's reward, which needs token-level advantages "
             "(algorithm=ppo); with group advantages use placement=reward (sequence sum) or loss."
         )
-    if critic is not None and run.hardware.name.startswith("zero3"):
+    if critic is not None and (run.hardware.name.startswith("zero3") or run.hardware.zero_stage == 3):
         raise ConfigError(f"algorithm.critic is not supported with hardware={run.hardware.name} (ZeRO-3) yet.")
 
 
