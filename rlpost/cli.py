@@ -31,7 +31,7 @@ commands:
   plot    PNG curves of runs or sweeps: rlpost plot runs=[<run or multirun dir>,...] keys=[reward,loss] smooth=5
   sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
-  report  a self-contained HTML page of a run or a sweep: rlpost report RUN_OR_SWEEP_DIR [--out FILE]
+  report  a self-contained HTML page of a run or a sweep: rlpost report path=<run or multirun dir> [out=FILE]
   serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
 """
 

@@ -1,7 +1,8 @@
-"""``rlpost report PATH``: one self-contained HTML page for a run directory or a whole sweep.
+"""``rlpost report path=PATH``: one self-contained HTML page for a run directory or a whole sweep.
 
 PATH is a run directory (holds config.yaml or metrics.jsonl) or a multirun folder whose job
-subfolders are run directories. The page (``PATH/report.html`` unless ``--out``) holds:
+subfolders are run directories. A tool like the others (conf/report.yaml, rlpost/tools/app.py).
+The page (``PATH/report.html`` unless ``out=``) holds:
 a table of the runs (overrides, steps, held-out metrics before -> after), the training curves and
 a diagnostics panel as PNGs embedded in base64 (drawn by rlpost/plots.py), the config keys that
 differ between jobs (the resolved config of a single run), and a sample of completions per step
@@ -10,12 +11,11 @@ with their reward terms. No external URL, stylesheet or script: it opens offline
 
 from __future__ import annotations
 
-import argparse
 import base64
 import html
 import json
-import sys
 import tempfile
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -209,21 +209,37 @@ def write_report(path: str | Path, out: str | Path | None = None, samples_per_st
     return target
 
 
-def main(argv: list[str]) -> int:
-    """``rlpost report PATH [--out FILE] [--samples-per-step N] [--smooth W]``."""
-    p = argparse.ArgumentParser(prog="rlpost report", description="A self-contained HTML report of a run or a sweep.")
-    p.add_argument("path", help="a run directory, or a multirun folder of job directories")
-    p.add_argument("--out", default=None, help="output file (default: PATH/report.html)")
-    p.add_argument("--samples-per-step", type=int, default=2, help="completions shown per job and step (default 2)")
-    p.add_argument("--smooth", type=int, default=1, help="moving-average window of the curves (default 1 = raw)")
-    args = p.parse_args(argv)
-    if args.samples_per_step < 0 or args.smooth < 1:
-        print("rlpost: error: --samples-per-step must be >= 0 and --smooth >= 1", file=sys.stderr)
-        return 2
-    try:
-        target = write_report(args.path, args.out, args.samples_per_step, args.smooth)
-    except FileNotFoundError as err:
-        print(f"rlpost: error: {err}", file=sys.stderr)
-        return 2
+@dataclass(frozen=True)
+class ReportSettings:
+    path: str = "???"  # a run directory or a multirun folder
+    out: str | None = None  # the HTML file (null = <path>/report.html)
+    samples_per_step: int = 2  # completions shown per job and step
+    smooth: int = 1  # moving-average window of the curves (1 = raw)
+
+
+def check(s: ReportSettings, overrides: list[str]) -> ReportSettings:
+    from rlpost.errors import ConfigError
+
+    if s.samples_per_step < 0 or s.smooth < 1:
+        raise ConfigError(f"samples_per_step={s.samples_per_step} must be >= 0 and smooth={s.smooth} >= 1.")
+    path = Path(s.path).expanduser()
+    if not path.is_dir():
+        raise ConfigError(f"path={s.path!r}: no such folder (a run directory or a multirun folder).")
+    if not find_runs(path):  # before Hydra starts: exit 2 with nothing written
+        raise ConfigError(f"{path} is neither a run directory nor a folder of run directories")
+    return s
+
+
+def run(s: ReportSettings, output_dir: str, overrides: list[str]) -> int:
+    target = write_report(Path(s.path).expanduser(), s.out, s.samples_per_step, s.smooth)
     print(f"report: {target}")
     return 0
+
+
+def main(argv: list[str]) -> int:
+    """``rlpost report path=DIR [out=FILE] [samples_per_step=N] [smooth=W]`` (a Hydra app, ``-m`` works)."""
+    from rlpost.tools.app import Tool
+    from rlpost.tools.app import main as app_main
+
+    tool = Tool(command="report", config_name="report", settings=ReportSettings, check=check, run=run)
+    return app_main(tool, argv)

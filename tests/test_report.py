@@ -81,7 +81,7 @@ def assert_offline(text: str) -> None:
 
 @needs_browser
 def test_sweep_report_renders_in_chromium(sweep, tmp_path, capsys):
-    assert cli.main(["report", str(sweep)]) == 0
+    assert cli.main(["report", f"path={sweep}"]) == 0
     page = sweep / "report.html"
     assert str(page) in capsys.readouterr().out
     assert_offline(page.read_text())
@@ -90,7 +90,7 @@ def test_sweep_report_renders_in_chromium(sweep, tmp_path, capsys):
     assert all(i["ok"] for i in record["images"]), record["images"]
     assert record["rows"]["runs"] == 2 and record["first"]["runs"] == ["0", "1"]
     assert record["first"]["config-diff"] == ["train.learning_rate"]  # the one differing override
-    assert record["rows"]["samples"] == 2 * 2 * 2  # jobs x steps x --samples-per-step (default 2)
+    assert record["rows"]["samples"] == 2 * 2 * 2  # jobs x steps x samples_per_step (default 2)
     text = page.read_text()
     assert "train.learning_rate=1e-3" in text and "train.learning_rate=1e-4" in text
     assert "term: callable" in text
@@ -101,7 +101,7 @@ def test_single_run_report_screenshot_is_not_blank(sweep, tmp_path):
     from PIL import Image
 
     out = tmp_path / "one.html"
-    assert cli.main(["report", str(sweep / "0"), "--out", str(out), "--samples-per-step", "1"]) == 0
+    assert cli.main(["report", f"path={sweep / '0'}", f"out={out}", "samples_per_step=1"]) == 0
     record = render(out, tmp_path)
     assert all(i["ok"] for i in record["images"]) and len(record["images"]) == 2
     assert record["rows"] == {"runs": 1, "samples": 2}  # no config-diff table for one run
@@ -129,7 +129,7 @@ def test_config_differences_by_hand():
 
 
 def test_report_of_a_folder_without_runs_fails(tmp_path, capsys):
-    assert cli.main(["report", str(tmp_path)]) == 2
+    assert cli.main(["report", f"path={tmp_path}"]) == 2
     assert "neither a run directory nor a folder of run directories" in capsys.readouterr().err
 
 
