@@ -67,7 +67,7 @@ class GroupReward:
     group_size: int | None = None  # G, set by RLPostTrainer before each call (None: runs of equal prompts)
 
     def score_group(self, prompts: list, completions: list, rows: dict[str, list]) -> tuple[list, dict[str, float]]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define score_group (the hook each subclass fills)")
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """Local ``completions [B]`` -> rewards ``[B]``, each scored within its whole (gathered) group."""

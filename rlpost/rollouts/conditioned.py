@@ -86,7 +86,7 @@ class ConditionedRollout:
 
     # ---- the variant's parts ---------------------------------------------------------------
     def conditions(self, prompts: list, ctx: RolloutContext, out: Rollouts, natural: list[list[int]]) -> list[Request]:
-        raise NotImplementedError
+        raise NotImplementedError(f"{type(self).__name__} must define conditions (the hook each subclass fills)")
 
     def keep(self, requests: list[Request], cond: Rollouts, ctx: RolloutContext, out: Rollouts) -> list[bool]:
         return [True] * len(requests)
