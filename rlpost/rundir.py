@@ -12,6 +12,7 @@ import json
 import math
 import os
 import tempfile
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +20,13 @@ from omegaconf import OmegaConf
 
 
 class RunDirectory:
+    """The run's files. In a multi-process launch every rank computes the same summary and metrics;
+    only rank 0 (``RANK`` unset or 0) writes them, so two ranks never race on one file."""
+
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
+        self.writes = int(os.environ.get("RANK", "0")) == 0
 
     @property
     def checkpoints(self) -> Path:
@@ -42,6 +47,8 @@ class RunDirectory:
     def write_config(self, cfg: Any, overrides: list[str]) -> None:
         from rlpost.secrets import redact_override, redacted_yaml
 
+        if not self.writes:
+            return
         write_atomic(self.path / "config.yaml", redacted_yaml(cfg))  # secrets redacted (rlpost/secrets.py)
         redacted = [redact_override(o) for o in overrides]
         write_atomic(self.path / "overrides.yaml", OmegaConf.to_yaml(OmegaConf.create(redacted)))
@@ -49,6 +56,8 @@ class RunDirectory:
     def truncate_after(self, step: int) -> None:
         """On resume from checkpoint ``step``: drop what a killed launch logged after it, so
         metrics.jsonl and samples.jsonl hold each step once (samples of step k+1 carry step k)."""
+        if not self.writes:
+            return
         for path, keep in ((self.metrics_file, lambda s: s <= step), (self.samples_file, lambda s: s < step)):
             rows = read_jsonl(path)
             kept = [row for row in rows if not isinstance(row.get("step"), int) or keep(row["step"])]
@@ -56,17 +65,20 @@ class RunDirectory:
                 write_atomic(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in kept))
 
     def append_metrics(self, row: dict[str, Any]) -> None:
-        append_jsonl(self.metrics_file, [row])
+        if self.writes:
+            append_jsonl(self.metrics_file, [row])
 
     def append_samples(self, rows: list[dict[str, Any]]) -> None:
         append_jsonl(self.samples_file, rows)
 
     def append_event(self, row: dict[str, Any]) -> None:
         """One line of events.jsonl: a safety event (rollback, skipped step, LoRA merge)."""
-        append_jsonl(self.path / "events.jsonl", [row])
+        if self.writes:
+            append_jsonl(self.path / "events.jsonl", [row])
 
     def write_summary(self, summary: dict[str, Any]) -> None:
-        write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+        if self.writes:
+            write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_jsonl(self.metrics_file)
@@ -105,9 +117,15 @@ def read_jsonl(path: Path) -> list[dict[str, Any]]:
 
 
 def write_atomic(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text, encoding="utf-8")
-    os.replace(tmp, path)
+    """Write to a uniquely named temp file beside ``path``, then rename: a kill never leaves half a
+    file, and two writers (ranks, sweep jobs) never rename each other's temp file away."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{threading.get_ident()}.tmp")  # umask-respecting
+    try:
+        tmp.write_text(text, encoding="utf-8")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
 
 
 def _json_default(value: Any) -> Any:

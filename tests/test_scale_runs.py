@@ -112,8 +112,12 @@ def test_zero3_two_processes_saves_a_plain_model(tmp_path):
     from transformers import AutoModelForCausalLM
 
     final = check_zero_run(tmp_path, "zero3", 3, 29641, "eval.at_end=true")  # eval generates with gathered shards
-    after = json.loads((final.parent.parent / "summary.json").read_text())["after"]
+    run_dir = final.parent.parent
+    after = json.loads((run_dir / "summary.json").read_text())["after"]
     assert math.isfinite(after["eval/reward"]) and after["eval/mean_length"] > 0
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert sum("eval/reward" in r for r in rows) == 1  # rank 0 alone writes the run's files
+    assert not list(run_dir.glob(".*.tmp"))
     model = AutoModelForCausalLM.from_pretrained(final)  # plain transformers, no DeepSpeed
     assert all(p.numel() > 0 and torch.isfinite(p).all() for p in model.parameters())
     out = model(torch.tensor([[1, 2, 3]])).logits
