@@ -44,6 +44,7 @@ class EvalSettings:
     batch_size: int = 50
     greedy: bool = True
     group_by: str | None = None
+    objective: str = "eval/accuracy"  # what a train job returns (hydra/sweeper=search maximizes or minimizes it)
 
 
 @dataclass(frozen=True)

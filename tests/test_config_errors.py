@@ -105,6 +105,11 @@ CASES = [
         ["train", "algorithm=dapo", "algorithm.overlong.cache_len=32"],
         ["algorithm.overlong.cache_len=32", "train.max_completion_length=32"],
     ),
+    (
+        "objective-without-final-eval",
+        ["train", "-m", "hydra/sweeper=search", "eval.at_end=false", "train.learning_rate=interval(1e-6,1e-4)"],
+        ["eval.objective=eval/accuracy (the search objective)", "eval.at_end=false", "eval.objective=reward"],
+    ),
     ("eval-larger-than-data", ["train", "eval.size=200"], ["eval.size=200", "data.eval_size=100"]),
     # data and model sources (checked cheaply before any load)
     (
@@ -126,6 +131,7 @@ CASES = [
     ("sweep-without-m", ["train", "train.steps=1,2"], ["train.steps=1,2", "--multirun"]),
     ("multirun-bad-job", ["train", "-m", "train.steps=abc,2"], ["train.steps must be an integer", "'abc'"]),
     ("multirun-bad-option", ["train", "-m", "algorithm=grpo,grpoo"], ["algorithm/grpoo", "Did you mean 'grpo'?"]),
+    ("multirun-with-cfg", ["train", "-m", "seed=0,1", "--cfg", "job"], ["-m and --cfg cannot be combined", "drop -m"]),
     # commands
     ("unknown-command", ["trian"], ["Unknown command 'trian'", "Did you mean 'train'?", "show", "list"]),
     ("unknown-list-kind", ["list", "nosuchkind"], ["Unknown component kind 'nosuchkind'", "loss", "reward"]),

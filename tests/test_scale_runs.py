@@ -163,20 +163,41 @@ def test_submitit_local_multirun_and_summary(tmp_path):
 @pytest.mark.slow
 def test_optuna_search_two_trials(tmp_path):
     """hydra/sweeper=search: Optuna samples train.learning_rate from an interval, each trial a train job
-    (its own run directory) whose returned eval/accuracy is the objective; the best is recorded."""
+    (its own run directory) whose returned eval.objective (here the logged training reward) is the
+    objective; the best trial's value is the larger of the two jobs' last logged rewards."""
     import yaml
 
     sweep = tmp_path / "sweep"
     args = ["hydra/sweeper=search", "hydra.sweeper.n_trials=2", "train.learning_rate=interval(1e-3,1e-2)"]
-    quick = [o for o in QUICK if o not in ("train.steps=2", "eval.at_end=false") and not o.startswith("train.learning")]
-    done = rlpost(["-m", *quick, "train.steps=1", "eval.at_end=true", *args, f"hydra.sweep.dir={sweep}"], tmp_path)
+    quick = [o for o in QUICK if o != "train.steps=2" and not o.startswith("train.learning")]
+    done = rlpost(["-m", *quick, "train.steps=1", "eval.objective=reward", *args, f"hydra.sweep.dir={sweep}"], tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
-    rates = []
+    rates, rewards = [], []
     for job in ("0", "1"):
         summary = json.loads((sweep / job / "summary.json").read_text())
-        assert summary["steps"] == 1 and math.isfinite(summary["after"]["eval/accuracy"])
+        assert summary["steps"] == 1
+        rows = [json.loads(line) for line in (sweep / job / "metrics.jsonl").read_text().splitlines()]
+        rewards.append([r["reward"] for r in rows if "reward" in r][-1])
         overrides = yaml.safe_load((sweep / job / "overrides.yaml").read_text())
         rates += [float(o.split("=", 1)[1]) for o in overrides if o.startswith("train.learning_rate=")]
     assert len(rates) == 2 and all(1e-3 <= r <= 1e-2 for r in rates) and rates[0] != rates[1]
     best = yaml.safe_load((sweep / "optimization_results.yaml").read_text())
     assert "train.learning_rate" in best["best_params"]
+    assert best["best_value"] == pytest.approx(max(rewards))  # direction: maximize
+
+
+def test_objective_names_what_the_run_logged(tmp_path, capsys):
+    from rlpost.cli import objective_value
+    from rlpost.rundir import RunDirectory
+
+    run = RunDirectory(tmp_path)
+    run.append_metrics({"step": 1, "reward": 0.25, "loss": 0.1})
+    run.append_metrics({"step": 2, "reward": 0.75, "loss": 0.2})
+    summary = {"run_dir": str(tmp_path), "after": {"eval/accuracy": 0.5}}
+    assert objective_value(summary, "eval/accuracy") == 0.5
+    assert objective_value(summary, "reward") == 0.75  # the last logged value
+    assert objective_value({"run_dir": str(tmp_path)}, "eval/accuracy") is None  # no final eval: nothing
+    with pytest.raises(SystemExit) as exit_:
+        objective_value(summary, "rewrd")
+    assert exit_.value.code != 0
+    assert "eval.objective=rewrd was not logged by this run; its metrics are: loss, reward" in capsys.readouterr().err
