@@ -31,6 +31,8 @@ class TrainSettings:
     top_p: float = 1.0
     top_k: int = 0
     gradient_checkpointing: bool = False
+    logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer_logprobs.py)
+    logprob_chunk: int = 1024  # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
     save_steps: int = 0
     save_total_limit: int = 2
 

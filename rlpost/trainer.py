@@ -19,6 +19,8 @@
    written to a staging folder and renamed into place (``rlpost/checkpoints.py``).
 7. ``_generate_single_turn`` (``trainer_rollouts.RolloutSeams``) + a hook in seams 3 and 4: rollouts from a lower-precision policy copy
    or a peer model, and the ``algorithm.correction`` weights of the policy loss (rlpost/corrections/).
+8. ``_get_per_token_logps_and_entropies`` (``trainer_logprobs.LogProbSeams``): ``train.logprob_head``
+   picks TRL's fused LM head or rlpost's compact one (completion positions only; rlpost/logprobs.py).
 
 Components talk to the trainer through three optional attributes: ``sampler(...)`` (seam 0:
 which prompts share a generation batch), ``requires`` (a set naming
@@ -50,6 +52,7 @@ from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 from rlpost.replay import ReplayWriter
 from rlpost.rewards.guard import guard_rewards, take_failure_counts
 from rlpost.trainer_checkpoints import CheckpointSeams
+from rlpost.trainer_logprobs import LogProbSeams
 from rlpost.trainer_rollouts import RolloutSeams
 
 
@@ -63,7 +66,7 @@ class RolloutInfo:
     truncated: list[bool]
 
 
-class RLPostTrainer(RolloutSeams, CheckpointSeams, GRPOTrainer):
+class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
     """GRPOTrainer whose advantages and loss come from rlpost components (see module docstring)."""
 
     def __init__(

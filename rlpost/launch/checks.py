@@ -55,6 +55,14 @@ def check_hardware(run: Any) -> None:
             )
         if not 0 <= hw.machine_rank < hw.num_machines:
             raise ConfigError(f"hardware.machine_rank={hw.machine_rank} must be in 0..{hw.num_machines - 1}.")
+    train = run.settings.train
+    if train.logprob_head == "compact" and (hw.num_processes > 1 or hw.zero_stage):
+        raise ConfigError(
+            f"train.logprob_head=compact calls the model outside its distributed wrapper, so it needs one process "
+            f"without DeepSpeed (hardware={hw.name}, num_processes={hw.num_processes}); use train.logprob_head=auto."
+        )
+    if train.logprob_chunk < 1:
+        raise ConfigError(f"train.logprob_chunk={train.logprob_chunk} must be >= 1 (tokens per LM-head projection).")
     per_machine = hw.num_processes // hw.num_machines
     if hw.device == "cuda" and torch.cuda.is_available() and per_machine > torch.cuda.device_count():
         raise ConfigError(
