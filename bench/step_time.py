@@ -1,45 +1,39 @@
-"""Step time of rlpost's RLPostTrainer against plain TRL GRPOTrainer on the same GRPO job.
+"""Step time of rlpost against plain TRL GRPOTrainer, per-component overhead, and scaling (``make bench``).
 
-Method. Both trainers get the same composed config (``rlpost.build.build_run(rlpost.cli.compose(...))``
-as in tests/trainer_utils.py): the same model weights, the default data config's fixed prompts,
-seed, group size, completion length, lr 1e-5, fp32 on CPU. TRL runs with the ``loss_type`` (and
-settings) that rlpost's bundle reproduces exactly (tests/test_trl_equivalence.py), so both do the
-same work and generate the same completions. Each run is a fresh subprocess (peak RSS is per run,
-``ru_maxrss`` in the child). Repetitions alternate TRL and rlpost in ABBA order (TRL first on even
-repetitions, rlpost first on odd ones), so drift on a shared machine hits both alike.
+Suites (``--suites trl,components,scaling``; each prints a markdown table, all are written to RESULTS.md):
 
-Both trainers are subclassed by the same timing mixin, which adds up per optimizer step:
-- step: wall time between consecutive ``on_step_end`` callbacks (optimizer, logging and data included);
-- gen: time in ``_generate`` (tokenize, ``model.generate``, decode) and the completion tokens it made;
-- score: the rest of ``_generate_and_score_completions`` (rewards, advantages, bookkeeping);
-- loss: ``_compute_loss`` minus its log-prob forward (TRL's ``loss_type`` branch vs rlpost's components);
-- CPU: process CPU time per step (``time.process_time``), less hurt by other jobs than wall time,
-  especially with ``--threads 1`` (with more threads, OpenMP's spin-waits count too);
-- train: ``training_step`` minus ``_generate_and_score_completions`` (forward + backward), with the
-  prompt + completion tokens (attention-mask ones, not padding) that went through it.
-The first step is warm-up and excluded. Per run: medians over steps for s/step and ms/step of
-scoring, token sums over time sums for tok/s; per configuration: the median over repetitions.
-The rlpost/TRL row is the ratio of those medians; the paired ratios (same repetition) are listed too.
+- ``trl``: the same GRPO job through plain TRL (``loss_type`` that rlpost's bundle reproduces exactly),
+  through rlpost with TRL's log-prob head (``train.logprob_head=trl``: the identical computation, so the
+  ratio is the cost of rlpost's seams) and through rlpost's defaults (the fast configuration: on CPU the
+  compact log-prob head, rlpost/logprobs.py). The completions hash shows whether they sampled the same text.
+- ``components``: each custom component against the plain GRPO step on the same data: GEPO, Output
+  Reset, trusted-direction projection (subspace built after step 1), CoRE, the rubric judge (SmolLM2 as
+  judge), and AIR (against the same AIR data and reward without the regularizer).
+- ``scaling``: rlpost's step with group size G = 4, 8, 16 (2 prompts per step) and completion length
+  16, 32, 64 (G = 4).
 
-Usage: .venv/bin/python bench/step_time.py [--model tiny-random] [--algorithms grpo,dapo] [--reps 3]
+Method (bench/harness.py): every run is a fresh subprocess; in each repetition the variants of a suite
+run in a rotated order so drift on a shared machine hits all alike; the first ``--warmup`` steps are
+excluded; per variant the median over repetitions. ``% peak`` is the training phase's useful FLOP/s
+over the best fp32 matmul rate measured at the start with the same thread count.
+
+Usage: .venv/bin/python bench/step_time.py [--suites trl] [--reps 3] [--steps 5] [--model tiny-random]
 """
 
 from __future__ import annotations
 
 import argparse
-import hashlib
 import json
 import os
-import platform
-import resource
 import statistics
 import subprocess
 import sys
 import tempfile
-import time
 from collections import defaultdict
-from datetime import datetime
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import machine, matmul_peak_gflops, measured_run, summarize_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # rlpost bundle -> (overrides that switch off what TRL's loss type lacks, TRL GRPOConfig settings)
@@ -53,232 +47,168 @@ TRL_EQUIVALENT = {
     "gspo": ([], dict(loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)),
     "cispo": ([], dict(loss_type="cispo", epsilon_high=5.0)),
 }
-TRAINERS = ("TRL", "rlpost")
+AIR_BASE = ["data=air_intents", "reward=choice_or_text", "algorithm/regularizers=[]"]  # 16 completions/step:
+COMPONENTS = [  # (label, overrides, label of the variant it is compared with)
+    ("grpo", [], None),
+    ("gepo", ["algorithm=gepo"], "grpo"),
+    ("output_reset", ["algorithm=grpo_or"], "grpo"),
+    ("trusted_projection", ["algorithm/grad=trusted_projection", "algorithm.grad.warmup_steps=1"], "grpo"),
+    ("core", ["reward=core"], "grpo"),
+    ("rubric_judge", ["reward=rubric"], "grpo"),
+    ("grpo (AIR data, 16/step)", AIR_BASE, None),
+    ("air", [*AIR_BASE[:2], "algorithm/regularizers=[air]"], "grpo (AIR data, 16/step)"),
+]
+COLUMNS = [("step_s", "s/step", "{:.2f}"), ("cpu_s", "CPU s/step", "{:.2f}"), ("gen_tok_s", "gen tok/s", "{:.1f}"),
+           ("score_ms", "score ms", "{:.0f}"), ("loss_ms", "loss ms", "{:.1f}"), ("train_tok_s", "train tok/s", "{:.1f}"),
+           ("train_gflop_s", "train GFLOP/s", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}")]  # fmt: skip
 
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--suites", default="trl,components,scaling", help="comma list of trl, components, scaling")
     p.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "tiny-random"])
-    p.add_argument("--steps", type=int, default=4, help="optimizer steps per run; the first is warm-up")
-    p.add_argument("--reps", type=int, default=3, help="repetitions of each (algorithm, trainer)")
+    p.add_argument("--steps", type=int, default=5, help="optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=2, help="first steps excluded (allocator and cache warm-up)")
+    p.add_argument("--reps", type=int, default=3, help="repetitions of the trl suite's variants")
+    p.add_argument("--component-reps", type=int, default=1, help="repetitions in the components and scaling suites")
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--completions-per-step", type=int, default=8)
     p.add_argument("--max-completion-length", type=int, default=32)
-    p.add_argument("--algorithms", default="grpo", help=f"comma list of {', '.join(TRL_EQUIVALENT)}")
-    p.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"), help="markdown file to append to")
-    p.add_argument("--no-write", action="store_true", help="print the table only")
+    p.add_argument("--algorithm", default="grpo", choices=list(TRL_EQUIVALENT), help="the trl suite's algorithm")
     p.add_argument("--threads", type=int, default=0, help="torch threads in each run (0: torch's default)")
-    p.add_argument("--child", choices=TRAINERS, help=argparse.SUPPRESS)
+    p.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"), help="markdown file to append to")
+    p.add_argument("--no-write", action="store_true", help="print the tables only")
+    p.add_argument("--child", help=argparse.SUPPRESS)
     p.add_argument("--child-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
-    args.algorithms = [a.strip() for a in args.algorithms.split(",") if a.strip()]
-    unknown = [a for a in args.algorithms if a not in TRL_EQUIVALENT]
-    if unknown or args.steps < 2:
-        p.error(f"unknown algorithm {unknown[0]!r}" if unknown else "--steps must be >= 2 (step 1 is warm-up)")
+    args.suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    unknown = [s for s in args.suites if s not in SUITES]
+    if unknown or args.steps <= args.warmup:
+        p.error(
+            f"unknown suite {unknown[0]!r}; choose from {', '.join(SUITES)}"
+            if unknown
+            else "--steps must exceed --warmup"
+        )
     return args
 
 
-# ---- child: one training run -----------------------------------------------------------------
-def child(args: argparse.Namespace, algorithm: str) -> dict:
-    import torch
-    from transformers import TrainerCallback
-    from trl import GRPOConfig, GRPOTrainer
-
-    from rlpost.build import build_run
-    from rlpost.cli import compose
-    from rlpost.data import load_datasets
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.trainer import RLPostTrainer
-
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    extra, trl_settings = TRL_EQUIVALENT[algorithm]
-    overrides = [f"model={args.model}", f"algorithm={algorithm}", "hardware=cpu", f"train.steps={args.steps}",
-                 f"train.num_generations={args.num_generations}", "train.learning_rate=1e-5",
-                 f"train.completions_per_step={args.completions_per_step}",
-                 f"train.max_completion_length={args.max_completion_length}",
-                 "logging.tensorboard=false", "logging.progress=false", *extra]  # fmt: skip
-    run = build_run(compose(overrides))
-    out_dir = tempfile.mkdtemp(prefix="rlpost-bench-")
-    kwargs = run.grpo_config_kwargs(out_dir)
-    if args.child == "TRL":
-        kwargs.update(trl_settings)
-    acc, steps, texts = defaultdict(float), [], []
-
-    class Timed:  # the same timing wrapper around both trainers
-        def _generate(self, prompts):
-            t = time.perf_counter()
-            out = super()._generate(prompts)
-            acc["gen_s"] += time.perf_counter() - t
-            acc["gen_tokens"] += sum(len(ids) for ids in out[1])
-            texts.extend(str(c) for c in out[3])
-            return out
-
-        def _generate_and_score_completions(self, inputs):
-            t = time.perf_counter()
-            out = super()._generate_and_score_completions(inputs)
-            acc["gen_score_s"] += time.perf_counter() - t
-            return out
-
-        def training_step(self, model, inputs, num_items_in_batch):
-            t = time.perf_counter()
-            out = super().training_step(model, inputs, num_items_in_batch)
-            acc["train_step_s"] += time.perf_counter() - t
-            return out
-
-        def _compute_loss(self, model, inputs):
-            t, logps_before = time.perf_counter(), acc["all_logps_s"]
-            out = super()._compute_loss(model, inputs)
-            acc["loss_s"] += time.perf_counter() - t
-            acc["logps_s"] += acc["all_logps_s"] - logps_before  # the log-prob forward of the loss only
-            return out
-
-        def _get_per_token_logps_and_entropies(self, *a, **kw):
-            t = time.perf_counter()
-            out = super()._get_per_token_logps_and_entropies(*a, **kw)
-            acc["all_logps_s"] += time.perf_counter() - t
-            return out
-
-        def compute_loss(self, model, inputs, **kw):
-            acc["train_tokens"] += float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-            return super().compute_loss(model, inputs, **kw)
-
-    class StepClock(TrainerCallback):
-        def on_step_begin(self, a, state, control, **kw):
-            self.last = getattr(self, "last", None) or (time.perf_counter(), time.process_time())
-
-        def on_step_end(self, a, state, control, **kw):
-            now = (time.perf_counter(), time.process_time())
-            steps.append({"step_s": now[0] - self.last[0], "cpu_s": now[1] - self.last[1], **acc})
-            self.last = now
-            acc.clear()
-
-    common = dict(
-        model=load_model(run.model),
-        args=GRPOConfig(**kwargs),
-        train_dataset=load_datasets(run.data)[0],
-        processing_class=load_tokenizer(run.model),
-        callbacks=[StepClock()],
-    )
-    if args.child == "TRL":
-        trainer = type("TimedGRPO", (Timed, GRPOTrainer), {})(reward_funcs=run.reward.funcs, **common)
-    else:
-        samples: list = []
-        trainer = type("TimedRLPost", (Timed, RLPostTrainer), {})(run=run, sample_sink=samples.extend, **common)
-    trainer.train()
-    return {
-        "steps": steps,
-        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
-        "torch_threads": torch.get_num_threads(),
-        "completions_hash": hashlib.sha1(json.dumps(texts).encode()).hexdigest(),
-    }
+def batch(args, g: int | None = None, length: int | None = None, per_step: int | None = None) -> list[str]:
+    return [f"train.num_generations={g or args.num_generations}",
+            f"train.completions_per_step={per_step or args.completions_per_step}",
+            f"train.max_completion_length={length or args.max_completion_length}"]  # fmt: skip
 
 
-# ---- parent: alternate runs, summarize -------------------------------------------------------
-def summarize_run(result: dict) -> dict:
-    timed = result["steps"][1:]  # step 1 is warm-up
-    sums = {k: sum(s.get(k, 0.0) for s in timed) for k in ("gen_s", "gen_tokens", "gen_score_s", "train_step_s")}
-    train_s = sums["train_step_s"] - sums["gen_score_s"]
-    return {
-        "step_s": statistics.median(s["step_s"] for s in timed),
-        "gen_tok_s": sums["gen_tokens"] / max(sums["gen_s"], 1e-9),
-        "cpu_s": statistics.median(s["cpu_s"] for s in timed),
-        "score_ms": statistics.median(1e3 * (s.get("gen_score_s", 0) - s.get("gen_s", 0)) for s in timed),
-        "loss_ms": statistics.median(1e3 * (s.get("loss_s", 0) - s.get("logps_s", 0)) for s in timed),
-        "train_tok_s": sum(s.get("train_tokens", 0.0) for s in timed) / max(train_s, 1e-9),
-        "peak_rss_mb": result["peak_rss_mb"],
-    }
-
-
-def machine(threads: int, load: float) -> str:
-    try:
-        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
-    except (OSError, StopIteration):
-        cpu = platform.processor() or "unknown CPU"
-    import torch
-    import transformers
-    import trl
-
-    cores = f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} logical cores"
-    return (
-        f"{cpu}; {cores}; load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; torch {torch.__version__} "
-        f"({threads} thread{'s' if threads > 1 else ''} per run), transformers {transformers.__version__}, trl {trl.__version__}; "
-        f"Python {platform.python_version()}; {datetime.now().strftime('%Y-%m-%d %H:%M')}"
-    )
-
-
-COLUMNS = [("step_s", "s/step", "{:.3f}"), ("cpu_s", "CPU s/step", "{:.3f}"), ("gen_tok_s", "gen tok/s", "{:.1f}"),
-           ("score_ms", "score ms/step", "{:.1f}"), ("loss_ms", "loss ms/step", "{:.1f}"),
-           ("train_tok_s", "train tok/s", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}")]  # fmt: skip
-
-
-def table(runs: dict, args: argparse.Namespace) -> str:
-    lines = [
-        "| algorithm | trainer | " + " | ".join(title for _, title, _ in COLUMNS) + " | s/step per rep |",
-        "|---" * (len(COLUMNS) + 3) + "|",
+# ---- suites: lists of variants -----------------------------------------------------------------
+def trl_suite(args) -> list[dict]:
+    extra, trl = TRL_EQUIVALENT[args.algorithm]
+    overrides = [f"algorithm={args.algorithm}", *batch(args), *extra]
+    return [
+        {"label": "TRL", "trainer": "TRL", "overrides": overrides, "trl": trl},
+        {"label": "rlpost, logprob_head=trl", "trainer": "rlpost", "overrides": [*overrides, "train.logprob_head=trl"]},
+        {"label": "rlpost (defaults: fast)", "trainer": "rlpost", "overrides": overrides},
     ]
-    for algo in args.algorithms:
-        med = {}
-        for trainer in TRAINERS:
-            rows = runs[algo, trainer]
-            med[trainer] = {k: statistics.median(r[k] for r in rows) for k, _, _ in COLUMNS}
-            cells = [fmt.format(med[trainer][k]) for k, _, fmt in COLUMNS]
-            per_rep = ", ".join(f"{r['step_s']:.3f}" for r in rows)
-            lines.append(f"| {algo} | {trainer} | " + " | ".join(cells) + f" | {per_rep} |")
-        ratios = [f"{med['rlpost'][k] / med['TRL'][k]:.3f}x" if med["TRL"][k] else "n/a" for k, _, _ in COLUMNS]
-        paired = [o["step_s"] / t["step_s"] for t, o in zip(runs[algo, "TRL"], runs[algo, "rlpost"])]
-        lines.append(f"| {algo} | rlpost/TRL | " + " | ".join(ratios) + " | paired "
-                     + ", ".join(f"{x:.3f}" for x in paired) + " |")  # fmt: skip
+
+
+def components_suite(args) -> list[dict]:
+    def shape(o):  # AIR packs whole intents (up to 4 variants x G) into a generation batch
+        return batch(args, per_step=16) if o[:1] == AIR_BASE[:1] else batch(args)
+
+    return [{"label": label, "trainer": "rlpost", "overrides": [*shape(o), *o], "base": base}
+            for label, o, base in COMPONENTS]  # fmt: skip
+
+
+def scaling_suite(args) -> list[dict]:
+    shapes = [(4, 32), (8, 32), (16, 32), (4, 16), (4, 64)]
+    return [{"label": f"G={g}, {length} tokens", "trainer": "rlpost", "overrides": batch(args, g, length, 2 * g),
+             "base": "G=4, 32 tokens"} for g, length in shapes]  # fmt: skip
+
+
+SUITES = {"trl": trl_suite, "components": components_suite, "scaling": scaling_suite}
+
+
+# ---- tables --------------------------------------------------------------------------------------
+def table(variants: list[dict], runs: dict, peak: float, reference: str | None) -> str:
+    head = "| variant | " + " | ".join(t for _, t, _ in COLUMNS) + " | % peak | s/step per rep | ratio |"
+    lines = [head, "|---" * (len(COLUMNS) + 4) + "|"]
+    med = {}
+    for v in variants:
+        rows = runs[v["label"]]
+        med[v["label"]] = {k: statistics.median(r[k] for r in rows) for k, _, _ in COLUMNS}
+    for v in variants:
+        m, base = med[v["label"]], v.get("base", reference)
+        cells = [fmt.format(m[k]) for k, _, fmt in COLUMNS]
+        per_rep = ", ".join(f"{r['step_s']:.2f}" for r in runs[v["label"]])
+        ratio = f"{m['step_s'] / med[base]['step_s']:.3f}x vs {base}" if base and base != v["label"] else ""
+        lines.append(
+            f"| {v['label']} | "
+            + " | ".join(cells)
+            + f" | {100 * m['train_gflop_s'] / peak:.0f}% | {per_rep} | {ratio} |"
+        )
     return "\n".join(lines)
+
+
+def child_main(args) -> int:
+    variant = json.loads(args.child)
+    result = measured_run(variant, args.model, args.steps, args.threads)
+    Path(args.child_out).write_text(json.dumps(result))
+    return 0
 
 
 def main(argv=None) -> int:
     args = parse_args(argv)
     if args.child:
-        result = child(args, args.algorithms[0])
-        Path(args.child_out).write_text(json.dumps(result))
-        return 0
+        return child_main(args)
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
-    base = [f"--model={args.model}", f"--steps={args.steps}", f"--num-generations={args.num_generations}",
-            f"--completions-per-step={args.completions_per_step}", f"--threads={args.threads}",
-            f"--max-completion-length={args.max_completion_length}"]  # fmt: skip
-    plan = [(rep, algo, t) for rep in range(args.reps) for algo in args.algorithms
-            for t in (TRAINERS if rep % 2 == 0 else TRAINERS[::-1])]  # fmt: skip
-    load = os.getloadavg()[0]
-    runs, hashes = defaultdict(list), defaultdict(set)
+    common = [f"--model={args.model}", f"--steps={args.steps}", f"--threads={args.threads}"]
+    suites = {name: SUITES[name](args) for name in args.suites}
+    plan = []
+    for name, variants in suites.items():
+        reps = args.reps if name == "trl" else args.component_reps
+        for rep in range(reps):
+            rotated = variants[rep % len(variants) :] + variants[: rep % len(variants)]
+            plan += [(name, rep, v) for v in rotated]
+    load, peak = os.getloadavg()[0], matmul_peak_gflops(args.threads)
+    runs, hashes, rewards, threads = defaultdict(list), defaultdict(set), {}, 0
     with tempfile.TemporaryDirectory() as tmp, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
     ) as progress:  # fmt: skip
         task = progress.add_task("runs", total=len(plan))
-        for i, (rep, algo, trainer) in enumerate(plan):
-            progress.update(task, description=f"rep {rep + 1}/{args.reps} {algo} {trainer:6}")
+        for i, (suite, rep, variant) in enumerate(plan):
+            progress.update(task, description=f"{suite} rep {rep + 1}: {variant['label'][:28]:28}")
             out, log = Path(tmp) / f"{i}.json", Path(tmp) / f"{i}.log"
-            cmd = [sys.executable, __file__, *base, f"--algorithms={algo}", f"--child={trainer}", f"--child-out={out}"]
+            cmd = [sys.executable, __file__, *common, f"--child={json.dumps(variant)}", f"--child-out={out}"]
             with open(log, "w") as fh:
                 code = subprocess.call(cmd, cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT)
             if code:
-                sys.stderr.write(log.read_text()[-4000:])
                 progress.stop()
-                print(f"run {trainer} {algo} (rep {rep + 1}) failed with exit code {code}", file=sys.stderr)
+                sys.stderr.write(log.read_text()[-4000:])
+                print(f"run {variant['label']} (rep {rep + 1}) failed with exit code {code}", file=sys.stderr)
                 return 1
             result = json.loads(out.read_text())
-            runs[algo, trainer].append(summarize_run(result))
-            hashes[algo, rep].add(result["completions_hash"])
+            runs[suite, variant["label"]].append(summarize_run(result, args.warmup))
+            hashes[suite, rep].add((variant["trainer"], result["completions_hash"]))
+            rewards[variant["label"]] = result["rewards"]
+            threads = result["torch_threads"]
             progress.advance(task)
-    differ = sorted({algo for (algo, _), h in hashes.items() if len(h) > 1})
-    header = (
-        f"## {args.model}, {', '.join(args.algorithms)}: {args.reps} reps x {args.steps} steps "
-        f"(first excluded), G={args.num_generations}, {args.completions_per_step} completions/step, "
-        f"{args.max_completion_length} new tokens, fp32 CPU\n\n{machine(result['torch_threads'], load)}\n"
-    )
-    note = "\nSame completions in TRL and rlpost runs: " + (f"NO for {', '.join(differ)}" if differ else "yes") + "\n"
-    report = f"{header}\n{table(runs, args)}\n{note}"
-    print(report)
+    report = [
+        f"## {args.model}: {', '.join(args.suites)} ({args.steps} steps per run, first {args.warmup} excluded; "
+        f"G={args.num_generations}, {args.completions_per_step} completions/step, {args.max_completion_length} new tokens "
+        f"unless stated; fp32 CPU)\n\n{machine(threads, load)}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^2, best of 8)\n"
+    ]
+    for name, variants in suites.items():
+        by_label = {v["label"]: runs[name, v["label"]] for v in variants}
+        report.append(f"### {name}\n\n{table(variants, by_label, peak, variants[0]['label'])}\n")
+        if name == "trl":
+            same = all(len({h for _, h in hashes[name, rep]}) == 1 for rep in range(args.reps))
+            report.append(f"Same completions in every variant of a repetition: {'yes' if same else 'NO'}. "
+                          "Rewards per step: " + "; ".join(f"{v['label']}: {rewards[v['label']]}" for v in variants) + "\n")  # fmt: skip
+    text = "\n".join(report)
+    print(text)
     if not args.no_write:
         with open(args.out, "a") as fh:
-            fh.write("\n" + report)
+            fh.write("\n" + text)
         print(f"appended to {args.out}")
     return 0
 

@@ -1,0 +1,182 @@
+"""One measured training run (run in a fresh subprocess by bench/step_time.py), and the machine's facts.
+
+A run is a *variant*: ``{"label", "trainer": "TRL" | "rlpost", "overrides": [...], "trl": {...}}``.
+Both trainers get the same composed config (``build_run(compose(BASE + overrides))``, as in
+tests/trainer_utils.py): same weights, prompts, seed, group size, lengths, lr 1e-5, fp32 on CPU. A TRL
+variant additionally gets ``trl`` (its ``loss_type`` settings, which rlpost's bundle reproduces exactly:
+tests/test_trl_equivalence.py).
+
+Both trainers are subclassed by the same timing mixin, which adds up per optimizer step:
+- step: wall time between consecutive ``on_step_end`` callbacks (optimizer, logging and data included);
+- gen: time in ``_generate`` (tokenize, ``model.generate``, decode) and the completion tokens it made;
+- score: the rest of ``_generate_and_score_completions`` (rewards, advantages, bookkeeping);
+- loss: ``_compute_loss`` minus its log-prob forward (TRL's ``loss_type`` branch vs rlpost's components);
+- CPU: process CPU time per step (``time.process_time``);
+- train: ``training_step`` minus ``_generate_and_score_completions`` (forward + backward + loss), with
+  the prompt + completion tokens (attention-mask ones, not padding) that went through it.
+
+Training FLOPs are the useful ones of that phase: ``6 * N * tokens`` for the transformer body (N =
+parameters outside the embedding) plus ``6 * d_model * vocab * completion tokens`` for the LM head
+(only completion positions need log-probs); attention score FLOPs (about 1% at these lengths) are left out.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import platform
+import resource
+import tempfile
+import time
+from collections import defaultdict
+from datetime import datetime
+
+BASE = ["hardware=cpu", "train.learning_rate=1e-5", "logging.tensorboard=false", "logging.progress=false"]
+
+
+def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
+    """Train ``steps`` optimizer steps of ``variant``; per-step timings, peak RSS, completions hash."""
+    import torch
+    from transformers import TrainerCallback
+    from trl import GRPOConfig, GRPOTrainer
+
+    from rlpost.algorithms import trainer_class
+    from rlpost.build import build_run
+    from rlpost.cli import compose
+    from rlpost.data import load_datasets
+    from rlpost.models import load_model, load_tokenizer
+
+    if threads:
+        torch.set_num_threads(threads)
+    run = build_run(compose([f"model={model}", f"train.steps={steps}", *BASE, *variant["overrides"]]))
+    kwargs = run.grpo_config_kwargs(tempfile.mkdtemp(prefix="rlpost-bench-"))
+    if variant["trainer"] == "TRL":
+        kwargs.update(variant.get("trl", {}))
+    acc, steps_out, texts = defaultdict(float), [], []
+
+    class Timed:  # the same timing wrapper around both trainers
+        def _generate(self, prompts):
+            t = time.perf_counter()
+            out = super()._generate(prompts)
+            acc["gen_s"] += time.perf_counter() - t
+            acc["gen_tokens"] += sum(len(ids) for ids in out[1])
+            texts.extend(str(c) for c in out[3])
+            return out
+
+        def _generate_and_score_completions(self, inputs):
+            t = time.perf_counter()
+            out = super()._generate_and_score_completions(inputs)
+            acc["gen_score_s"] += time.perf_counter() - t
+            return out
+
+        def training_step(self, model, inputs, num_items_in_batch):
+            t = time.perf_counter()
+            out = super().training_step(model, inputs, num_items_in_batch)
+            acc["train_step_s"] += time.perf_counter() - t
+            return out
+
+        def _compute_loss(self, model, inputs):
+            t, logps_before = time.perf_counter(), acc["all_logps_s"]
+            out = super()._compute_loss(model, inputs)
+            acc["loss_s"] += time.perf_counter() - t
+            acc["logps_s"] += acc["all_logps_s"] - logps_before  # the log-prob forward of the loss only
+            return out
+
+        def _get_per_token_logps_and_entropies(self, *a, **kw):
+            t = time.perf_counter()
+            out = super()._get_per_token_logps_and_entropies(*a, **kw)
+            acc["all_logps_s"] += time.perf_counter() - t
+            return out
+
+        def compute_loss(self, model, inputs, **kw):
+            acc["train_tokens"] += float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
+            acc["completion_tokens"] += float(inputs["completion_mask"].sum())
+            return super().compute_loss(model, inputs, **kw)
+
+    class StepClock(TrainerCallback):
+        def on_step_begin(self, a, state, control, **kw):
+            self.last = getattr(self, "last", None) or (time.perf_counter(), time.process_time())
+
+        def on_step_end(self, a, state, control, **kw):
+            now = (time.perf_counter(), time.process_time())
+            steps_out.append({"step_s": now[0] - self.last[0], "cpu_s": now[1] - self.last[1], **acc})
+            self.last = now
+            acc.clear()
+
+    policy = load_model(run.model)
+    common = dict(
+        model=policy,
+        args=GRPOConfig(**kwargs),
+        train_dataset=load_datasets(run.data)[0],
+        processing_class=load_tokenizer(run.model),
+        callbacks=[StepClock()],
+    )
+    if variant["trainer"] == "TRL":
+        trainer = type("TimedGRPO", (Timed, GRPOTrainer), {})(reward_funcs=run.reward.funcs, **common)
+    else:
+        trainer = type("TimedRLPost", (Timed, trainer_class(run)), {})(run=run, sample_sink=lambda rows: None, **common)
+    trainer.train()
+    config = policy.config
+    embedding = config.vocab_size * config.hidden_size
+    return {
+        "steps": steps_out,
+        "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+        "torch_threads": torch.get_num_threads(),
+        "completions_hash": hashlib.sha1(json.dumps(texts).encode()).hexdigest(),
+        "body_params": sum(p.numel() for p in policy.parameters()) - embedding,  # tied head: counted once
+        "head_params": embedding,
+        "rewards": [log["reward"] for log in trainer.state.log_history if "reward" in log],
+    }
+
+
+def summarize_run(result: dict, warmup: int) -> dict:
+    """Medians over the timed steps (the first ``warmup`` excluded), token sums over time sums."""
+    import statistics
+
+    timed = result["steps"][warmup:]
+    total = {k: sum(s.get(k, 0.0) for s in timed) for k in timed[0]}
+    train_s = total["train_step_s"] - total["gen_score_s"]
+    flops = 6 * result["body_params"] * total["train_tokens"] + 6 * result["head_params"] * total["completion_tokens"]
+    return {
+        "step_s": statistics.median(s["step_s"] for s in timed),
+        "cpu_s": statistics.median(s["cpu_s"] for s in timed),
+        "gen_tok_s": total["gen_tokens"] / max(total["gen_s"], 1e-9),
+        "score_ms": statistics.median(1e3 * (s.get("gen_score_s", 0) - s.get("gen_s", 0)) for s in timed),
+        "loss_ms": statistics.median(1e3 * (s.get("loss_s", 0) - s.get("logps_s", 0)) for s in timed),
+        "train_tok_s": total["train_tokens"] / max(train_s, 1e-9),
+        "train_gflop_s": flops / max(train_s, 1e-9) / 1e9,
+        "peak_rss_mb": result["peak_rss_mb"],
+    }
+
+
+def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8) -> float:
+    """Best measured fp32 matmul rate of ``size x size`` matrices with ``threads`` torch threads."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    a, b = torch.randn(size, size), torch.randn(size, size)
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        a @ b
+        best = min(best, time.perf_counter() - t)
+    return 2 * size**3 / best / 1e9
+
+
+def machine(threads: int, load: float) -> str:
+    try:
+        cpu = next(ln.split(":", 1)[1].strip() for ln in open("/proc/cpuinfo") if ln.startswith("model name"))
+    except (OSError, StopIteration):
+        cpu = platform.processor() or "unknown CPU"
+    import torch
+    import transformers
+    import trl
+
+    cores = f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} logical cores"
+    return (
+        f"{cpu}; {cores}; load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; torch {torch.__version__} "
+        f"({threads} thread{'s' if threads > 1 else ''} per run), transformers {transformers.__version__}, "
+        f"trl {trl.__version__}; Python {platform.python_version()}; {datetime.now().strftime('%Y-%m-%d %H:%M')}"
+    )
