@@ -7,6 +7,7 @@ import pytest
 import torch
 
 from rlpost.logprobs import CompletionLogProbs, completion_logprobs
+
 from trainer_utils import make_run, rlpost_trainer
 
 
