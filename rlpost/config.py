@@ -117,7 +117,9 @@ def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
             f"every prompt's group must fit in one step (try {max(g, total // g * g)})."
         )
     if total % world_size:
-        raise ConfigError(f"train.completions_per_step={total} does not split over {world_size} processes (hardware.num_processes).")
+        raise ConfigError(
+            f"train.completions_per_step={total} does not split over {world_size} processes (hardware.num_processes)."
+        )
     if train.minibatches < 1:
         raise ConfigError(f"train.minibatches={train.minibatches} must be >= 1 (optimizer steps per generation batch).")
     per_process = total // world_size

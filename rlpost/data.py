@@ -53,7 +53,9 @@ class DataConfig:
     conversational: bool = True
     on_bad_row: Literal["fail", "skip"] = "fail"  # a malformed file row: stop, or skip it (counted, logged)
     max_prompt_chars: int | None = 20000  # longer rendered prompts are malformed rows (null = no limit)
-    transform: dict[str, Any] = field(default_factory=lambda: {"name": "none"})  # conf/data/transform/ (rlpost/transforms/)
+    transform: dict[str, Any] = field(
+        default_factory=lambda: {"name": "none"}
+    )  # conf/data/transform/ (rlpost/transforms/)
 
     def __post_init__(self):
         if self.source == "reasoning_gym":

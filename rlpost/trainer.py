@@ -180,7 +180,9 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
             extras=self._rollout_statistics(output),
         )
         if any("token_text" in getattr(c, "requires", ()) for c in self.run.components()):
-            batch.token_text = [self._tokenizer.batch_decode([[i] for i in ids]) for ids in batch.completion_ids.tolist()]
+            batch.token_text = [
+                self._tokenizer.batch_decode([[i] for i in ids]) for ids in batch.completion_ids.tolist()
+            ]
         advantages, adv_metrics = algo.advantage(batch)
         metrics.update(adv_metrics)
 

@@ -22,7 +22,9 @@ CONF = ROOT / "conf"
 RECIPES = ROOT / "recipes"
 LIST_GROUPS = {"algorithm/regularizers"}  # groups chosen as a list: algorithm/regularizers=[entropy]
 CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only machine
-CUDA_OPTIONS |= {("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")}
+CUDA_OPTIONS |= {
+    ("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")
+}
 NEEDS = {  # options that name reward terms the default reward (math_answer) lacks: the reward they are made for
     ("algorithm/advantage", "tiar"): ["reward=ternary_abstention"],
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
@@ -55,7 +57,9 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
     (tmp / "rows.parquet").write_bytes(b"")  # only its existence is checked before loading
     (tmp / "dataset").mkdir()
     (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
-    (tmp / "rm" / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}')
+    (tmp / "rm" / "config.json").write_text(
+        '{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}'
+    )
     stand_in_replay(tmp / "replay")
     (tmp / "rm" / "rlpost_reward_model.json").write_text('{"score_mean": 0.0, "score_std": 1.0}')  # normalize=heldout
     return {
@@ -101,7 +105,9 @@ def test_every_option_composes_and_builds(group, option, required):
         pytest.fail(f"{path} has a required value (???): add it to REQUIRED in this test")
     cfg = compose(overrides)
     if (group, option) in CUDA_OPTIONS and not torch.cuda.is_available():
-        with pytest.raises(ConfigError, match="CUDA|DeepSpeed|hardware.num_processes"):  # zero: no extra; multi-node: 16 processes
+        with pytest.raises(
+            ConfigError, match="CUDA|DeepSpeed|hardware.num_processes"
+        ):  # zero: no extra; multi-node: 16 processes
             build_run(cfg)
         return
     run = build_run(cfg)
@@ -186,7 +192,9 @@ def test_bundles_do_not_patch_sub_nodes():
     or those keys would leak into a swapped-in option."""
     for bundle in BUNDLES:
         own = OmegaConf.to_container(OmegaConf.load(CONF / "algorithm" / f"{bundle}.yaml"))
-        assert not {"advantage", "loss", "regularizers", "correction"} & set(own), f"algorithm/{bundle}.yaml patches a sub-node"
+        assert not {"advantage", "loss", "regularizers", "correction"} & set(own), (
+            f"algorithm/{bundle}.yaml patches a sub-node"
+        )
 
 
 @pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES.glob("*.yaml")))

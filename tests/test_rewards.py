@@ -304,7 +304,9 @@ def test_conf_files_build(path, tmp_path):
         for key, value in term.get("params", {}).items():
             if value == "???":
                 assert (term["name"], key) == ("reward_model", "path"), f"{path.name}: fill {term['name']}.{key} here"
-                (tmp_path / "config.json").write_text('{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}')
+                (tmp_path / "config.json").write_text(
+                    '{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}'
+                )
                 term["params"][key] = str(tmp_path)
     funcs, names, weights = build_reward_terms(node["terms"])
     assert len(funcs) == len(names) == weights.numel() >= 1

@@ -26,7 +26,8 @@ class GroupBatch:
     completion_ids: torch.Tensor  # [N, T]
     rows: list[dict[str, Any]] = field(default_factory=list)  # the dataset row of each completion
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # optional [N, T] tensors (e.g. entropies)
-    token_text: list[list[str]] = field(default_factory=list)  # [N][T] decoded piece of each token (requires={"token_text"})
+    # [N][T] decoded piece of each token (requires={"token_text"})
+    token_text: list[list[str]] = field(default_factory=list)
 
     @property
     def num_groups(self) -> int:

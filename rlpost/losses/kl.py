@@ -43,7 +43,9 @@ class KLConfig:
 
     coef: float = 0.0  # beta; 0 disables the KL term and the reference model
     estimator: Estimator = "k3"  # per-token estimator: k1 (log-ratio), k2 (half squared), k3 (TRL's)
-    placement: Literal["loss", "reward", "token"] = "loss"  # in the per-token loss, the reward, or each token's reward (PPO)
+    placement: Literal["loss", "reward", "token"] = (
+        "loss"  # in the per-token loss, the reward, or each token's reward (PPO)
+    )
 
     def __post_init__(self) -> None:
         if self.coef < 0:

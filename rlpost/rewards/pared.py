@@ -103,7 +103,9 @@ class Pared:
             with open(resolve_data_path(cfg.demos_path), encoding="utf-8") as handle:
                 demos = [str(json.loads(line)[cfg.demo_field]) for line in handle if line.strip()]
         except (OSError, ValueError, KeyError, TypeError) as err:
-            raise ParamError("demos_path", f"{cfg.demos_path!r}: cannot read {cfg.demo_field!r} of each line ({err})") from None
+            raise ParamError(
+                "demos_path", f"{cfg.demos_path!r}: cannot read {cfg.demo_field!r} of each line ({err})"
+            ) from None
         if not demos:
             raise ParamError("demos_path", f"{cfg.demos_path!r} holds no demonstrations")
         return demos
