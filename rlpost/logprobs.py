@@ -91,21 +91,18 @@ def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, fp32
 def completion_logprobs(
     hidden: torch.Tensor,
     weight: torch.Tensor,
-    input_ids: torch.Tensor,
-    attention_mask: torch.Tensor,
-    logits_to_keep: int,
+    targets: torch.Tensor,
+    mask: torch.Tensor,
     temperature: float = 1.0,
     with_entropy: bool = False,
     chunk: int = 1024,
     fp32: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Log-probs and entropies [B, logits_to_keep] of the last ``logits_to_keep`` tokens of ``input_ids [B, S]``
-    from the backbone's ``hidden [B, S, H]`` (position s predicts token s + 1); zero where the mask is 0."""
-    positions = hidden[:, -logits_to_keep - 1 : -1]  # [B, T, H]
-    targets = input_ids[:, -logits_to_keep:]
-    mask = attention_mask[:, -logits_to_keep:].bool()  # [B, T]
+    """Log-probs and entropies [B, T] of ``targets [B, T]`` from the hidden states that predict them
+    (``hidden [B, T, H]``: the position before each target); zero where ``mask [B, T]`` is 0."""
+    mask = mask.bool()
     logps, entropy = CompletionLogProbs.apply(
-        positions[mask], weight, targets[mask], temperature, chunk, with_entropy, fp32
+        hidden[mask], weight, targets[mask], temperature, chunk, with_entropy, fp32
     )
     full = torch.zeros(mask.shape, dtype=logps.dtype, device=hidden.device)
     return full.masked_scatter(mask, logps), None if entropy is None else full.masked_scatter(mask, entropy)

@@ -231,7 +231,11 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
         wanted.discard("token_text")  # not a tensor: filled into GroupBatch.token_text by seam 3
         stats = {}
         if wanted & {"entropies", "logps"}:
-            stats["logps"], stats["entropies"] = self._sampling_logps(output, compute_entropy=True)
+            behaviour = output.get("old_per_token_logps")  # TRL's (num_iterations > 1): same weights, same tokens
+            if "entropies" not in wanted and behaviour is not None:
+                stats["logps"] = behaviour  # exact reuse: no second no-grad forward
+            else:
+                stats["logps"], stats["entropies"] = self._sampling_logps(output, compute_entropy=True)
         if "ref_logps" in wanted:  # TRL computes them only when a reference model is loaded (beta > 0)
             if output.get("ref_per_token_logps") is None:
                 raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs (kl.coef=0)")

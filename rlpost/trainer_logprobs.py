@@ -8,13 +8,21 @@
   one process, no DeepSpeed, no multimodal inputs, no logit softcapping or scaling.
 - ``auto`` (default): ``compact`` on CPU in one process where it applies, else ``trl``.
 
-Both compute the same numbers (tests/test_logprobs.py); the head is a speed choice only.
+With the compact head, ``train.shared_prefix`` (default true) runs each distinct prompt through the
+backbone once: a GRPO batch holds every prompt G times, and the prompt's keys and values do not depend
+on the completion after it (causal attention), so the prompt forward runs on the distinct prompts, its
+KV cache is expanded to every row (``index_select``, differentiable) and only the completion tokens run
+per row. Positions and masks are those of the full forward; the numbers are the same to float rounding
+(tests/test_logprobs.py). It needs the backbone to honour a KV cache in training (no gradient
+checkpointing) and no forward hooks on the backbone (PPO's critic head reads its output).
 """
 
 from __future__ import annotations
 
 import torch
+from transformers import DynamicCache
 
+from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
 
 # config attributes TRL's head honours and rlpost's compact head does not implement
@@ -34,6 +42,29 @@ def compact_head_blocker(model, num_processes: int, deepspeed: bool) -> str | No
     return None
 
 
+def backbone_hidden(backbone, ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, share: bool) -> torch.Tensor:
+    """Hidden states [B, T, H] at the positions that predict the last T = ``logits_to_keep`` tokens of
+    ``ids [B, S]``; with ``share``, rows with the same prompt (ids and mask of the first S - T tokens)
+    run their prompt once."""
+    prompt_len = ids.size(1) - logits_to_keep
+    if share and prompt_len > 0 and logits_to_keep > 1:
+        prompts = torch.cat([ids[:, :prompt_len], mask[:, :prompt_len]], dim=1)
+        distinct, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+        if distinct.size(0) < ids.size(0):
+            cache = DynamicCache()
+            prefix = backbone(
+                input_ids=distinct[:, :prompt_len], attention_mask=distinct[:, prompt_len:], cache=cache,
+                use_cache=True,
+            ).last_hidden_state  # fmt: skip
+            cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...] rows, keeping the autograd graph
+            rest = backbone(
+                input_ids=ids[:, prompt_len:-1], attention_mask=mask[:, :-1], cache=cache, use_cache=True
+            ).last_hidden_state  # completion tokens but the last (it predicts nothing)
+            return torch.cat([prefix.index_select(0, inverse)[:, -1:], rest], dim=1)
+    hidden = backbone(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+    return hidden[:, -logits_to_keep - 1 : -1]
+
+
 class LogProbSeams:
     """Routes the log-prob forward to rlpost's compact head when ``train.logprob_head`` says so."""
 
@@ -41,14 +72,25 @@ class LogProbSeams:
         cached = getattr(self, "_rlpost_compact", None)
         if cached is None:
             train = self.run.settings.train
-            model = self.accelerator.unwrap_model(self.model)
-            base = model.get_base_model() if hasattr(model, "get_base_model") else model
-            blocker = compact_head_blocker(base, self.accelerator.num_processes, self.is_deepspeed_enabled)
+            blocker = compact_head_blocker(
+                self._base_model(), self.accelerator.num_processes, self.is_deepspeed_enabled
+            )
             if train.logprob_head == "compact" and blocker:
-                raise ValueError(f"train.logprob_head=compact cannot be used here: {blocker}; use auto or trl.")
+                raise ConfigError(f"train.logprob_head=compact cannot be used here: {blocker}; use auto or trl.")
             auto = blocker is None and self.accelerator.device.type == "cpu"  # GPUs keep TRL's Triton kernel
             cached = self._rlpost_compact = train.logprob_head == "compact" or (train.logprob_head == "auto" and auto)
         return cached
+
+    def _base_model(self, model=None):
+        model = self.accelerator.unwrap_model(self.model if model is None else model)
+        return model.get_base_model() if hasattr(model, "get_base_model") else model
+
+    def _share_prefix(self, backbone) -> bool:
+        return (
+            self.run.settings.train.shared_prefix
+            and not self.args.gradient_checkpointing  # checkpointed layers drop the KV cache
+            and not backbone._forward_hooks  # a hook reading the backbone output expects one full call
+        )
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -58,20 +100,20 @@ class LogProbSeams:
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
             )
-        base = model.get_base_model() if hasattr(model, "get_base_model") else model
-        head = base.get_output_embeddings()
+        base = self._base_model(model)
+        backbone, head = base.base_model, base.get_output_embeddings()
+        share = self._share_prefix(backbone)
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):  # TRL's memory chunking over sequences
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
             with self.accelerator.autocast():
-                hidden = base.base_model(input_ids=ids, attention_mask=mask, use_cache=False).last_hidden_state
+                hidden = backbone_hidden(backbone, ids, mask, logits_to_keep, share)
             lp, ent = completion_logprobs(
                 hidden,
                 head.weight,
-                ids,
-                mask,
-                logits_to_keep,
+                ids[:, -logits_to_keep:],
+                mask[:, -logits_to_keep:],
                 temperature=self.temperature,
                 with_entropy=compute_entropy,
                 chunk=self.run.settings.train.logprob_chunk,

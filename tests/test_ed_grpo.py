@@ -71,3 +71,23 @@ def test_ed_grpo_bundle_trains_two_steps(tmp_path):
     for log in logs:
         assert log["rlpost/ed/bonus_abs_mean"] > 0 and torch.isfinite(torch.tensor(log["loss"]))
         assert log["rlpost/ed/surprisal_mean"] > 5  # a tiny random model over a 49k vocabulary: ~ln(49152) = 10.8
+
+
+def test_ed_grpo_reuses_trls_behaviour_logprobs(tmp_path):
+    """num_iterations=2: TRL already scored the rollout without grad (old_per_token_logps); ED's surprisal
+    reads exactly those and rlpost runs no second no-grad forward."""
+    trainer = rlpost_trainer(make_run(["algorithm=ed_grpo", "train.steps=2", "train.num_iterations=2"]), tmp_path)
+    forwards, seen = [], []
+    sampling_logps, rollout_statistics = trainer._sampling_logps, trainer._rollout_statistics
+    trainer._sampling_logps = lambda *a, **kw: forwards.append(1) or sampling_logps(*a, **kw)
+
+    def statistics(output):
+        stats = rollout_statistics(output)
+        seen.append((stats["logps"], trainer._gather_padded(output["old_per_token_logps"])))
+        return stats
+
+    trainer._rollout_statistics = statistics
+    trainer.train()
+    assert forwards == [] and len(seen) == 1  # one generation batch feeds both passes
+    torch.testing.assert_close(seen[0][0], seen[0][1])
+    assert step_logs(trainer)[0]["rlpost/ed/surprisal_mean"] > 5

@@ -51,18 +51,41 @@ def test_gradients_equal_plain_autograd(temperature):
         torch.testing.assert_close(a, b)
 
 
-def test_completion_positions_and_padding():
-    # sequence s predicts token s + 1: the last 3 tokens are scored from positions -4..-2; mask 0 -> 0
+def test_masked_positions_are_zero():
     torch.manual_seed(1)
-    hidden = torch.randn(2, 6, 4)
-    weight = torch.randn(9, 4)
-    ids = torch.randint(0, 9, (2, 6))
-    mask = torch.tensor([[1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1]])
-    logps, entropy = completion_logprobs(hidden, weight, ids, mask, 3, with_entropy=True, chunk=2)
-    log_p = torch.log_softmax(hidden[:, 2:5] @ weight.t(), dim=-1)  # [2, 3, 9]
-    expected = log_p.gather(2, ids[:, 3:, None]).squeeze(2) * mask[:, 3:]
-    torch.testing.assert_close(logps, expected)
+    hidden, weight = torch.randn(2, 3, 4), torch.randn(9, 4)
+    targets, mask = torch.randint(0, 9, (2, 3)), torch.tensor([[1, 1, 0], [1, 1, 1]])
+    logps, entropy = completion_logprobs(hidden, weight, targets, mask, with_entropy=True, chunk=2)
+    log_p = torch.log_softmax(hidden @ weight.t(), dim=-1)  # [2, 3, 9]
+    torch.testing.assert_close(logps, log_p.gather(2, targets[..., None]).squeeze(2) * mask)
     assert logps[0, 2] == 0 and entropy[0, 2] == 0 and entropy[1].gt(0).all()
+
+
+def test_shared_prompt_prefix_equals_the_full_forward(tmp_path):
+    """Rows 0-2 share a left-padded prompt, row 3 has its own: the prompt runs once per distinct prompt and
+    its KV cache is expanded; hidden states and the backbone's gradients match the plain forward."""
+    from rlpost.models import load_model
+    from rlpost.trainer_logprobs import backbone_hidden
+
+    model = load_model(make_run([]).model)
+    torch.manual_seed(0)
+    prompt = torch.randint(0, 1000, (2, 6))
+    ids = torch.cat([prompt[[0, 0, 0, 1]], torch.randint(0, 1000, (4, 5))], dim=1)  # [4, 11]: 6 prompt + 5
+    mask = torch.ones_like(ids)
+    mask[:3, :2] = 0  # the shared prompt is left-padded
+    mask[1, -2:] = 0  # a completion that ended early
+
+    def run(share: bool):
+        model.zero_grad()
+        hidden = backbone_hidden(model.model, ids, mask, 5, share)  # [4, 5, H]
+        (hidden * mask[:, -5:, None]).pow(2).sum().backward()
+        return hidden.detach(), {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
+
+    (shared, shared_grads), (full, full_grads) = run(True), run(False)
+    assert shared.shape == full.shape == (4, 5, model.config.hidden_size)
+    torch.testing.assert_close(shared * mask[:, -5:, None], full * mask[:, -5:, None], rtol=1e-4, atol=1e-4)
+    for name, reference in full_grads.items():
+        torch.testing.assert_close(shared_grads[name], reference, rtol=1e-3, atol=1e-4 * reference.abs().max().item())
 
 
 def test_trainer_compact_head_matches_trls(tmp_path):
@@ -72,8 +95,9 @@ def test_trainer_compact_head_matches_trls(tmp_path):
     assert trainer._compact_logprobs()
     torch.manual_seed(0)
     ids = torch.randint(0, trainer.model.config.vocab_size, (4, 12))
+    ids[1, :7] = ids[0, :7]  # rows 0 and 1 share their prompt: the compact head runs it once
     mask = torch.ones_like(ids)
-    mask[0, :3] = 0  # left-padded prompt
+    mask[:2, :3] = 0  # left-padded prompt
     mask[1, -2:] = 0  # completion that ended early
 
     def forward_and_grads(compact: bool):

@@ -1,0 +1,105 @@
+"""Rollout generation on CPU: HF ``generate`` (what TRL calls) against the alternatives the issue names.
+
+The job is one GRPO generation batch of the default recipe: 2 prompts of the default data x G=4,
+left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M in fp32. Variants:
+
+- ``hf dynamic``: ``model.generate`` with the dynamic KV cache (TRL's call; it stops as soon as every
+  sequence has emitted EOS);
+- ``lean loop``: a minimal prefill + decode loop (``logits_to_keep=1``, softmax, ``multinomial``), the
+  same sampling ops in the same order, so with the same seed it must give the same tokens;
+- ``hf static``: ``cache_implementation="static"`` without compilation;
+- ``hf static + compile``: the same with ``torch.compile`` of the decoding forward (first call = compile
+  time, reported separately).
+
+Each variant: one warm-up call, then the median of ``--reps`` calls; every call reseeds, and the
+completions are compared with ``hf dynamic``'s.
+
+Usage: .venv/bin/python bench/generation.py [--reps 3] [--no-compile]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+
+def lean_generate(model, ids, mask, max_new: int, eos: int, pad: int) -> torch.Tensor:
+    """Prefill once, then one token per forward until every row has emitted EOS: [B, <= max_new]."""
+    from transformers import DynamicCache
+
+    cache, done, tokens = DynamicCache(), torch.zeros(ids.size(0), dtype=torch.bool), []
+    positions = (mask.cumsum(-1) - 1).clamp(min=0)
+    out = model(input_ids=ids, attention_mask=mask, position_ids=positions, past_key_values=cache, logits_to_keep=1)
+    position = positions[:, -1:]
+    for _ in range(max_new):
+        token = torch.multinomial(torch.softmax(out.logits[:, -1].float(), dim=-1), 1).squeeze(1)
+        token = torch.where(done, torch.full_like(token, pad), token)
+        tokens.append(token)
+        done |= token == eos
+        if done.all():
+            break
+        mask, position = torch.cat([mask, mask.new_ones(mask.size(0), 1)], dim=1), position + 1
+        out = model(input_ids=token[:, None], attention_mask=mask, position_ids=position, past_key_values=cache)
+    return torch.stack(tokens, dim=1)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--reps", type=int, default=3)
+    p.add_argument("--max-new-tokens", type=int, default=32)
+    p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
+    args = p.parse_args()
+
+    from rlpost.build import build_run
+    from rlpost.cli import compose
+    from rlpost.data import load_datasets
+    from rlpost.models import load_model, load_tokenizer
+
+    run = build_run(compose([]))
+    tokenizer, model = load_tokenizer(run.model), load_model(run.model).eval()
+    rows = load_datasets(run.data)[0]
+    texts = [
+        tokenizer.apply_chat_template(rows[i]["prompt"], tokenize=False, add_generation_prompt=True) for i in (0, 1)
+    ]
+    tokenizer.padding_side = "left"
+    enc = tokenizer([t for t in texts for _ in range(4)], return_tensors="pt", padding=True)
+    eos, pad = tokenizer.eos_token_id, tokenizer.pad_token_id
+    sample = dict(
+        do_sample=True, temperature=1.0, top_p=1.0, top_k=0, max_new_tokens=args.max_new_tokens, pad_token_id=pad
+    )
+
+    def hf(**extra):
+        out = model.generate(**enc, **sample, **extra)
+        return out[:, enc.input_ids.size(1) :]
+
+    variants = [
+        ("hf dynamic", lambda: hf(disable_compile=True)),
+        ("lean loop", lambda: lean_generate(model, enc.input_ids, enc.attention_mask, args.max_new_tokens, eos, pad)),
+        ("hf static", lambda: hf(cache_implementation="static", disable_compile=True)),
+    ]
+    if not args.no_compile:
+        variants.append(("hf static + compile", lambda: hf(cache_implementation="static")))
+    print(f"| variant | s/call | new tok/s | first call s | same tokens as hf dynamic |\n|---|---|---|---|---|")
+    reference = None
+    for label, generate in variants:
+        times, outs = [], []
+        with torch.no_grad():
+            for _ in range(args.reps + 1):
+                torch.manual_seed(0)
+                t = time.perf_counter()
+                outs.append(generate())
+                times.append(time.perf_counter() - t)
+        first, median = times[0], statistics.median(times[1:])
+        ids = outs[-1]
+        n = int((ids != pad).sum()) if pad != eos else ids.numel()
+        reference = ids if reference is None else reference
+        same = ids.shape == reference.shape and torch.equal(ids, reference)
+        print(f"| {label} | {median:.2f} | {n / median:.1f} | {first:.1f} | {'yes' if same else 'no'} |", flush=True)
+
+
+if __name__ == "__main__":
+    with torch.inference_mode():
+        main()
