@@ -82,7 +82,7 @@ def main() -> None:
     ]
     if not args.no_compile:
         variants.append(("hf static + compile", lambda: hf(cache_implementation="static")))
-    print(f"| variant | s/call | new tok/s | first call s | same tokens as hf dynamic |\n|---|---|---|---|---|")
+    print("| variant | s/call | new tok/s | first call s | same tokens as hf dynamic |\n|---|---|---|---|---|")
     reference = None
     for label, generate in variants:
         times, outs = [], []
