@@ -36,6 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import machine, matmul_peak_gflops, measured_run, summarize_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
+# glibc malloc keeps freed memory for reuse (no mmap chunks, no trimming, one arena): without it, every
+# step faults several hundred MB of fresh pages back in, seconds of system time per step on this VM
+# (bench/RESULTS.md). Applied to every variant, plain TRL included; --system-malloc turns it off.
+KEEP_MEMORY = {"MALLOC_ARENA_MAX": "1", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": str(1 << 36)}
 # rlpost bundle -> (overrides that switch off what TRL's loss type lacks, TRL GRPOConfig settings)
 TRL_EQUIVALENT = {
     "grpo": ([], dict(loss_type="grpo", scale_rewards="group")),
@@ -67,8 +71,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--suites", default="trl,components,scaling", help="comma list of trl, components, scaling")
     p.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "tiny-random"])
-    p.add_argument("--steps", type=int, default=5, help="optimizer steps per run")
-    p.add_argument("--warmup", type=int, default=2, help="first steps excluded (allocator and cache warm-up)")
+    p.add_argument("--steps", type=int, default=7, help="optimizer steps per run")
+    p.add_argument("--warmup", type=int, default=3, help="first steps excluded (allocator and cache warm-up)")
+    p.add_argument("--system-malloc", action="store_true", help="glibc's default malloc settings (see KEEP_MEMORY)")
     p.add_argument("--reps", type=int, default=3, help="repetitions of the trl suite's variants")
     p.add_argument("--component-reps", type=int, default=1, help="repetitions in the components and scaling suites")
     p.add_argument("--num-generations", type=int, default=4)
@@ -161,6 +166,7 @@ def main(argv=None) -> int:
     from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
+    env.update({} if args.system_malloc else KEEP_MEMORY)
     common = [f"--model={args.model}", f"--steps={args.steps}", f"--threads={args.threads}"]
     suites = {name: SUITES[name](args) for name in args.suites}
     plan = []
@@ -195,7 +201,8 @@ def main(argv=None) -> int:
     report = [
         f"## {args.model}: {', '.join(args.suites)} ({args.steps} steps per run, first {args.warmup} excluded; "
         f"G={args.num_generations}, {args.completions_per_step} completions/step, {args.max_completion_length} new tokens "
-        f"unless stated; fp32 CPU)\n\n{machine(threads, load)}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^2, best of 8)\n"
+        f"unless stated; fp32 CPU; {'system malloc' if args.system_malloc else 'malloc keeps freed memory (KEEP_MEMORY)'})"
+        f"\n\n{machine(threads, load)}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^2, best of 8)\n"
     ]
     for name, variants in suites.items():
         by_label = {v["label"]: runs[name, v["label"]] for v in variants}

@@ -85,11 +85,13 @@ class LogProbSeams:
         model = self.accelerator.unwrap_model(self.model if model is None else model)
         return model.get_base_model() if hasattr(model, "get_base_model") else model
 
-    def _share_prefix(self, backbone) -> bool:
+    def _share_prefix(self) -> bool:
+        """Decided on the policy for every model scored (policy, reference, rollout copy), so a policy that
+        cannot share keeps the reference on the same path too (identical log-probs, e.g. a KL of exactly 0)."""
         return (
             self.run.settings.train.shared_prefix
             and not self.args.gradient_checkpointing  # checkpointed layers drop the KV cache
-            and not backbone._forward_hooks  # a hook reading the backbone output expects one full call
+            and not self._base_model().base_model._forward_hooks  # a hook reading the output expects one call
         )
 
     def _get_per_token_logps_and_entropies(
@@ -102,7 +104,7 @@ class LogProbSeams:
             )
         base = self._base_model(model)
         backbone, head = base.base_model, base.get_output_embeddings()
-        share = self._share_prefix(backbone)
+        share = self._share_prefix()
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):  # TRL's memory chunking over sequences
