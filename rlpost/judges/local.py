@@ -37,6 +37,7 @@ class LocalJudge(JudgeBase):
         mode: Literal["yes_no", "scale"] = "yes_no"  # verdict format (judges/base.py)
         on_failure: Literal["skip", "zero", "abort"] = "skip"  # outcome of a prompt that failed
         batch_size: int = 8  # judge prompts per forward pass
+        sort_by_length: bool = True  # batch prompts of similar length together (less padding), order restored
         max_new_tokens: int = 4  # reply length in scale mode
         device: Literal["auto", "cpu", "cuda"] = "auto"  # where the judge model runs
         cache: bool = False  # keep scores on disk
@@ -84,9 +85,14 @@ class LocalJudge(JudgeBase):
     def _judge(self, prompts: list[str]) -> list[float | Exception]:
         with self._lock:
             self.load()
-            out: list[float | Exception] = []
+            order = list(range(len(prompts)))
+            if self.cfg.sort_by_length:  # characters track tokens closely enough to bucket by
+                order.sort(key=lambda i: len(prompts[i]))
+            out: list[float | Exception] = [0.0] * len(prompts)
             for start in range(0, len(prompts), self.cfg.batch_size):
-                out += self._batch(prompts[start : start + self.cfg.batch_size])
+                chunk = order[start : start + self.cfg.batch_size]
+                for i, score in zip(chunk, self._batch([prompts[i] for i in chunk])):
+                    out[i] = score
             return out
 
     def _encode(self, prompts: list[str]) -> Any:
@@ -104,7 +110,8 @@ class LocalJudge(JudgeBase):
         inputs = self._encode(prompts)
         with torch.no_grad():
             if self.mode == "yes_no":
-                logits = self._model(**inputs).logits[:, -1, :].float()  # [b, V]; left padding: last = next token
+                # [b, V]: the last position only (left padding: it predicts the verdict), not [b, S, V]
+                logits = self._model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
                 margin = logits[:, self.yes_id] - logits[:, self.no_id]  # [b]
                 return torch.sigmoid(margin).tolist()
             ids = self._model.generate(
