@@ -15,9 +15,11 @@ Both trainers are subclassed by the same timing mixin, which adds up per optimiz
 - train: ``training_step`` minus ``_generate_and_score_completions`` (forward + backward + loss), with
   the prompt + completion tokens (attention-mask ones, not padding) that went through it.
 
-Training FLOPs are the useful ones of that phase: ``6 * N * tokens`` for the transformer body (N =
-parameters outside the embedding) plus ``6 * d_model * vocab * completion tokens`` for the LM head
-(only completion positions need log-probs); attention score FLOPs (about 1% at these lengths) are left out.
+Training FLOPs (model FLOPs, as in MFU) are ``6 * N * tokens`` for the transformer body (N = parameters
+outside the embedding; tokens = the prompt + completion tokens the backbone runs, padding excluded; with
+rlpost's shared prompt prefix each distinct prompt counts once) plus ``6 * d_model * vocab * completion
+tokens`` for the LM head (only completion positions need log-probs); attention score FLOPs (about 1% at
+these lengths) are left out. ``grad``: time in ``_clip_grad_norm`` (rlpost's gradient transforms run there).
 """
 
 from __future__ import annotations
@@ -89,9 +91,21 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
             acc["all_logps_s"] += time.perf_counter() - t
             return out
 
+        def _clip_grad_norm(self, model):  # rlpost's seam 5 runs its grad transform in here
+            t = time.perf_counter()
+            out = super()._clip_grad_norm(model)
+            acc["grad_s"] += time.perf_counter() - t
+            return out
+
         def compute_loss(self, model, inputs, **kw):
-            acc["train_tokens"] += float(inputs["prompt_mask"].sum() + inputs["completion_mask"].sum())
-            acc["completion_tokens"] += float(inputs["completion_mask"].sum())
+            prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
+            acc["train_tokens"] += float(prompt.sum() + completion.sum())
+            acc["completion_tokens"] += float(completion.sum())
+            prompt_tokens = prompt.sum()  # the prompt tokens the backbone actually runs
+            if getattr(self, "_compact_logprobs", lambda: False)() and self._share_prefix():
+                distinct = torch.unique(torch.cat([inputs["prompt_ids"], prompt], dim=1), dim=0)  # one per prompt
+                prompt_tokens = distinct[:, prompt.size(1) :].sum()
+            acc["executed_tokens"] += float(prompt_tokens + completion.sum())
             return super().compute_loss(model, inputs, **kw)
 
     class StepClock(TrainerCallback):
@@ -137,13 +151,15 @@ def summarize_run(result: dict, warmup: int) -> dict:
     timed = result["steps"][warmup:]
     total = {k: sum(s.get(k, 0.0) for s in timed) for k in timed[0]}
     train_s = total["train_step_s"] - total["gen_score_s"]
-    flops = 6 * result["body_params"] * total["train_tokens"] + 6 * result["head_params"] * total["completion_tokens"]
+    tokens = total.get("executed_tokens", total["train_tokens"])
+    flops = 6 * result["body_params"] * tokens + 6 * result["head_params"] * total["completion_tokens"]
     return {
         "step_s": statistics.median(s["step_s"] for s in timed),
         "cpu_s": statistics.median(s["cpu_s"] for s in timed),
         "gen_tok_s": total["gen_tokens"] / max(total["gen_s"], 1e-9),
         "score_ms": statistics.median(1e3 * (s.get("gen_score_s", 0) - s.get("gen_s", 0)) for s in timed),
         "loss_ms": statistics.median(1e3 * (s.get("loss_s", 0) - s.get("logps_s", 0)) for s in timed),
+        "grad_ms": statistics.median(1e3 * s.get("grad_s", 0) for s in timed),
         "train_tok_s": total["train_tokens"] / max(train_s, 1e-9),
         "train_gflop_s": flops / max(train_s, 1e-9) / 1e9,
         "peak_rss_mb": result["peak_rss_mb"],

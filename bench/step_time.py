@@ -63,8 +63,10 @@ COMPONENTS = [  # (label, overrides, label of the variant it is compared with)
     ("air", [*AIR_BASE[:2], "algorithm/regularizers=[air]"], "grpo (AIR data, 16/step)"),
 ]
 COLUMNS = [("step_s", "s/step", "{:.2f}"), ("cpu_s", "CPU s/step", "{:.2f}"), ("gen_tok_s", "gen tok/s", "{:.1f}"),
-           ("score_ms", "score ms", "{:.0f}"), ("loss_ms", "loss ms", "{:.1f}"), ("train_tok_s", "train tok/s", "{:.1f}"),
+           ("score_ms", "score ms", "{:.0f}"), ("loss_ms", "loss ms", "{:.1f}"), ("grad_ms", "grad ms", "{:.0f}"), ("train_tok_s", "train tok/s", "{:.1f}"),
            ("train_gflop_s", "train GFLOP/s", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}")]  # fmt: skip
+
+OWN = ("score_ms", "loss_ms", "grad_ms")  # where rlpost's components run: rewards/advantages, loss, grad transform
 
 
 def parse_args(argv=None) -> argparse.Namespace:
@@ -143,7 +145,11 @@ def table(variants: list[dict], runs: dict, peak: float, reference: str | None) 
         m, base = med[v["label"]], v.get("base", reference)
         cells = [fmt.format(m[k]) for k, _, fmt in COLUMNS]
         per_rep = ", ".join(f"{r['step_s']:.2f}" for r in runs[v["label"]])
-        ratio = f"{m['step_s'] / med[base]['step_s']:.3f}x vs {base}" if base and base != v["label"] else ""
+        ratio = ""
+        if base and base != v["label"]:  # wall ratio, and the ratio from the extra time in rlpost's own code
+            extra = sum(m[k] - med[base][k] for k in OWN) / 1e3
+            ratio = f"{m['step_s'] / med[base]['step_s']:.3f}x vs {base}; own code {extra:+.2f} s = "
+            ratio += f"{1 + extra / med[base]['step_s']:.3f}x"
         lines.append(
             f"| {v['label']} | "
             + " | ".join(cells)
