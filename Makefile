@@ -7,6 +7,8 @@ PIP     = $(VENV)/bin/pip
 PY      = $(VENV)/bin/python
 CONSTRAINTS = .ci/constraints.txt
 STAMP   = $(VENV)/.rlpost-installed
+# glibc malloc keeps freed memory for reuse instead of faulting it in again every step (bench/RESULTS.md)
+KEEP_MEMORY = MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
 
 .DEFAULT_GOAL := help
 
@@ -25,7 +27,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 setup: $(STAMP) ## create .venv and install rlpost with its pinned stack
 
 train: setup ## a short real GRPO run: SmolLM2-135M on arithmetic, held-out accuracy before/after
-	$(VENV)/bin/rlpost train recipe=default
+	$(KEEP_MEMORY) $(VENV)/bin/rlpost train recipe=default
 
 browser: ## headless Chromium for the report tests (apt-get, only as root; otherwise those tests skip)
 	@command -v chromium >/dev/null 2>&1 || command -v chromium-browser >/dev/null 2>&1 || \
