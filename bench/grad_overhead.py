@@ -35,6 +35,8 @@ from rlpost.models import LoraSettings, ModelConfig, load_model, peft_config
 VARIANTS = [  # (label, registry name, config fields)
     ("trusted_projection side=both", "trusted_projection", {}),
     ("trusted_projection side=left", "trusted_projection", {"side": "left"}),
+    ("trusted_projection svd=full", "trusted_projection", {"svd": "full"}),  # the cheap-projection choice:
+    ("trusted_projection svd=lowrank", "trusted_projection", {"svd": "lowrank"}),  # randomized SVD of rank k
     ("direction_monitor cumulative", "direction_monitor", {}),
     ("direction_monitor grad", "direction_monitor", {"update": "grad"}),
 ]
