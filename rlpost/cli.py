@@ -94,6 +94,8 @@ def validate(overrides: list[str], multirun: bool) -> None:
             try:
                 run = build_and_check(job)
                 if searching:
+                    from rlpost.objective import check_objective
+
                     check_objective(run.settings.eval)
             except HydraException as err:
                 unknown_key_error(err, job)  # raises rlpost's message when the schema explains it better
@@ -102,16 +104,6 @@ def validate(overrides: list[str], multirun: bool) -> None:
         raise ConfigError(hydra_message(err)) from None
     except yaml.YAMLError as err:  # reliability: a malformed YAML file (a recipe, a config on the search path)
         raise ConfigError(yaml_message(err)) from None
-
-
-def check_objective(eval_settings) -> None:
-    """A search sweep (hydra/sweeper=...) needs every job to return eval.objective."""
-    objective = eval_settings.objective
-    if objective.startswith("eval/") and not eval_settings.at_end:
-        raise ConfigError(
-            f"eval.objective={objective} (the search objective) is read from the final held-out eval, but "
-            "eval.at_end=false; set eval.at_end=true or name a training metric (e.g. eval.objective=reward)."
-        )
 
 
 def yaml_message(err) -> str:
@@ -230,6 +222,7 @@ def hardware_of(args: list[str], multirun: bool):
 def _train_job(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
+    from rlpost.objective import objective_value
     from rlpost.train import train
 
     hydra_cfg = HydraConfig.get()
@@ -248,25 +241,10 @@ def _train_job(cfg) -> float | None:
         if key in after:
             print(f"  {key:<18} {before.get(key, float('nan')):.3f} -> {after[key]:.3f}")
     print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
-    return objective_value(summary, cfg.eval.objective)
-
-
-def objective_value(summary: dict, objective: str) -> float | None:
-    """What a train job returns to Hydra (the Optuna objective): ``objective`` from the final eval
-    (``eval/...``) or its last value in metrics.jsonl; a name the run never logged lists the ones it did.
-    None for an eval objective of a run without a final eval (no search sweep lets that start)."""
-    from rlpost.rundir import RunDirectory
-
-    if objective.startswith("eval/") and "after" not in summary:
-        return None
-    rows = (
-        [summary.get("after", {})] if objective.startswith("eval/") else RunDirectory(summary["run_dir"]).read_metrics()
-    )
-    for row in reversed(rows):
-        if isinstance(row.get(objective), (int, float)):
-            return float(row[objective])
-    logged = sorted({k for row in rows for k, v in row.items() if isinstance(v, (int, float)) and k != "step"})
-    sys.exit(fail(f"eval.objective={objective} was not logged by this run; its metrics are: {', '.join(logged)}"))
+    try:
+        return objective_value(summary, cfg.eval.objective)
+    except ConfigError as err:
+        sys.exit(fail(str(err)))
 
 
 # ---- reliability: where a train launch writes, resume, --cfg job redaction ----------------------

@@ -1,0 +1,36 @@
+"""The objective of a search sweep (``hydra/sweeper=search``): what a train job returns to Hydra.
+
+``eval.objective`` names it: a key of the final held-out eval (``eval/accuracy``, ``eval/reward``, ...),
+or any training metric, whose last value in metrics.jsonl is returned (e.g. ``reward``).
+"""
+
+from __future__ import annotations
+
+from rlpost.errors import ConfigError
+from rlpost.rundir import RunDirectory
+
+
+def check_objective(eval_settings) -> None:
+    """A search sweep needs every job to return ``eval.objective``: checked before launch."""
+    objective = eval_settings.objective
+    if objective.startswith("eval/") and not eval_settings.at_end:
+        raise ConfigError(
+            f"eval.objective={objective} (the search objective) is read from the final held-out eval, but "
+            "eval.at_end=false; set eval.at_end=true or name a training metric (e.g. eval.objective=reward)."
+        )
+
+
+def objective_value(summary: dict, objective: str) -> float | None:
+    """``objective`` from the final eval (``eval/...``) or its last value in metrics.jsonl. None for an eval
+    objective of a run without a final eval (no search sweep lets that start); ConfigError naming the
+    metrics the run did log when it never logged ``objective``."""
+    if objective.startswith("eval/") and "after" not in summary:
+        return None
+    rows = (
+        [summary.get("after", {})] if objective.startswith("eval/") else RunDirectory(summary["run_dir"]).read_metrics()
+    )
+    for row in reversed(rows):
+        if isinstance(row.get(objective), (int, float)):
+            return float(row[objective])
+    logged = sorted({k for row in rows for k, v in row.items() if isinstance(v, (int, float)) and k != "step"})
+    raise ConfigError(f"eval.objective={objective} was not logged by this run; its metrics are: {', '.join(logged)}")
