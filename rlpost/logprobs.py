@@ -70,7 +70,7 @@ class CompletionLogProbs(torch.autograd.Function):
             if grad_hidden is not None:
                 grad_hidden[start:end] = grad_z.to(w.dtype) @ w
             if grad_weight is not None:
-                grad_weight.addmm_(grad_z.t().to(h.dtype), h)
+                grad_weight.add_(grad_z.t().to(h.dtype) @ h)  # a bf16 matmul accumulated in fp32
         grad_hidden = grad_hidden.to(hidden.dtype) if grad_hidden is not None else None
         grad_weight = grad_weight.to(weight.dtype) if grad_weight is not None else None
         return grad_hidden, grad_weight, None, None, None, None, None

@@ -51,6 +51,22 @@ def test_gradients_equal_plain_autograd(temperature):
         torch.testing.assert_close(a, b)
 
 
+@pytest.mark.parametrize("fp32", [False, True])
+def test_bf16_model_gradients_close_to_fp32(fp32):
+    # a bf16 policy (hardware.precision=bf16): matmul in bf16 (or fp32 with cast_lm_head_to_fp32), softmax in fp32
+    torch.manual_seed(2)
+    hidden, weight = torch.randn(6, 8), torch.randn(11, 8)
+    targets = torch.randint(0, 11, (6,))
+    ref = [t.clone().requires_grad_() for t in (hidden, weight)]
+    CompletionLogProbs.apply(*ref, targets, 1.0, 4, False, False)[0].sum().backward()
+    low = [t.to(torch.bfloat16).requires_grad_() for t in (hidden, weight)]
+    logps, _ = CompletionLogProbs.apply(*low, targets, 1.0, 4, False, fp32)
+    logps.sum().backward()
+    assert logps.dtype == torch.float32 and low[1].grad.dtype == torch.bfloat16
+    for ours, full in zip(low, ref):
+        torch.testing.assert_close(ours.grad.float(), full.grad, rtol=0.05, atol=0.05 * full.grad.abs().max().item())
+
+
 def test_masked_positions_are_zero():
     torch.manual_seed(1)
     hidden, weight = torch.randn(2, 3, 4), torch.randn(9, 4)
