@@ -57,6 +57,7 @@ def main() -> None:
     from rlpost.cli import compose
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
+    from rlpost.prefix_generation import shared_prefix_generation
 
     run = build_run(compose([]))
     tokenizer, model = load_tokenizer(run.model), load_model(run.model).eval()
@@ -75,8 +76,13 @@ def main() -> None:
         out = model.generate(**enc, **sample, **extra)
         return out[:, enc.input_ids.size(1) :]
 
+    def shared(**extra):  # rlpost's train.shared_prefix: each distinct prompt prefilled once
+        with shared_prefix_generation(model):
+            return hf(**extra)
+
     variants = [
         ("hf dynamic", lambda: hf(disable_compile=True)),
+        ("hf dynamic, shared prefix", lambda: shared(disable_compile=True)),
         ("lean loop", lambda: lean_generate(model, enc.input_ids, enc.attention_mask, args.max_new_tokens, eos, pad)),
         ("hf static", lambda: hf(cache_implementation="static", disable_compile=True)),
     ]

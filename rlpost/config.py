@@ -33,7 +33,7 @@ class TrainSettings:
     gradient_checkpointing: bool = False
     logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer_logprobs.py)
     logprob_chunk: int = 1024  # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
-    shared_prefix: bool = True  # compact head: each distinct prompt runs through the backbone once per batch
+    shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward
     save_steps: int = 0
     save_total_limit: int = 2
 

@@ -3,7 +3,8 @@
 - seam 1b ``_rollout_strategy`` / ``_rollout_rewards``: the ``algorithm/rollout`` strategy
   (rlpost/rollouts/) builds each group around TRL's own ``_generate`` and may adjust the rewards.
 - seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
-  (rlpost/corrections/rollout.py) when the correction asks for them.
+  (rlpost/corrections/rollout.py) when the correction asks for them; otherwise TRL's generation, with
+  each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py).
 - ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
@@ -11,9 +12,12 @@ Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer an
 
 from __future__ import annotations
 
+from contextlib import nullcontext
+
 import torch
 from accelerate.utils import gather_object
 
+from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
 
 
@@ -41,14 +45,21 @@ class RolloutSeams:
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
         if self._rollout_engine is None:
-            return super()._generate_single_turn(
-                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
-            )
+            with self._prefix_generation():
+                return super()._generate_single_turn(
+                    prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+                )
 
         def own(ids):
             return super(RolloutSeams, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
 
         return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
+
+    def _prefix_generation(self):
+        """``train.shared_prefix`` for TRL's transformers generation (vLLM caches prefixes itself)."""
+        if not self.run.settings.train.shared_prefix or self.use_vllm or self._is_vlm:
+            return nullcontext()
+        return shared_prefix_generation(self.accelerator.unwrap_model(self.model))
 
     # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
     def _rollout_strategy(self, prompts: list):

@@ -19,11 +19,13 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
+from contextlib import nullcontext
 
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
 from rlpost.model_options import load_frozen
+from rlpost.prefix_generation import shared_prefix_generation
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 
@@ -53,9 +55,10 @@ def sample(model, prompt_ids: list[list[int]], trainer) -> list[list[int]]:
     for i, ids in enumerate(prompt_ids):
         input_ids[i, width - len(ids) :] = torch.tensor(ids, device=device)
         attention_mask[i, width - len(ids) :] = 1
-    out = model.generate(
-        input_ids=input_ids, attention_mask=attention_mask, generation_config=trainer.generation_config
-    )
+    with shared_prefix_generation(model) if trainer.run.settings.train.shared_prefix else nullcontext():
+        out = model.generate(
+            input_ids=input_ids, attention_mask=attention_mask, generation_config=trainer.generation_config
+        )
     eos = set(trainer.eos_token_ids)
     completions = []
     for row in out[:, width:].tolist():
