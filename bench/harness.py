@@ -17,7 +17,7 @@ Both trainers are subclassed by the same timing mixin, which adds up per optimiz
 
 Training FLOPs (model FLOPs, as in MFU) are ``6 * N * tokens`` for the transformer body (N = parameters
 outside the embedding; tokens = the prompt + completion tokens the backbone runs, padding excluded; with
-rlpost's shared prompt prefix each distinct prompt counts once) plus ``6 * d_model * vocab * completion
+rlpost's shared prompt prefix each distinct prompt counts once, and packed rows skip each completion's last token) plus ``6 * d_model * vocab * completion
 tokens`` for the LM head (only completion positions need log-probs); attention score FLOPs (about 1% at
 these lengths) are left out. ``grad``: time in ``_clip_grad_norm`` (rlpost's gradient transforms run there).
 """
@@ -101,11 +101,13 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
             prompt, completion = inputs["prompt_mask"], inputs["completion_mask"]
             acc["train_tokens"] += float(prompt.sum() + completion.sum())
             acc["completion_tokens"] += float(completion.sum())
-            prompt_tokens = prompt.sum()  # the prompt tokens the backbone actually runs
+            prompt_tokens, completion_tokens = prompt.sum(), completion.sum()  # the tokens the backbone runs
             if getattr(self, "_compact_logprobs", lambda: False)() and self._share_prefix():
                 distinct = torch.unique(torch.cat([inputs["prompt_ids"], prompt], dim=1), dim=0)  # one per prompt
                 prompt_tokens = distinct[:, prompt.size(1) :].sum()
-            acc["executed_tokens"] += float(prompt_tokens + completion.sum())
+                if self._packing_tokens():  # packed rows skip each completion's last token (it predicts nothing)
+                    completion_tokens = completion_tokens - completion.sum(1).gt(0).sum()
+            acc["executed_tokens"] += float(prompt_tokens + completion_tokens)
             return super().compute_loss(model, inputs, **kw)
 
     class StepClock(TrainerCallback):

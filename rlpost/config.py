@@ -34,6 +34,8 @@ class TrainSettings:
     logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer_logprobs.py)
     logprob_chunk: int = 1024  # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
     shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward
+    packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
+    packing_max_tokens: int = 4096  # longest packed row (dense [L, L] attention mask); longer: padded rows
     save_steps: int = 0
     save_total_limit: int = 2
 

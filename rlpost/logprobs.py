@@ -8,8 +8,9 @@ completions of 32 tokens that head is over half of the training phase (bench/RES
 
 ``CompletionLogProbs`` computes the same quantities (log p(target) / T-scaled and the entropy of the
 next-token distribution) for the completion positions only, ``chunk`` tokens at a time, with
-``logsumexp`` + ``gather`` forward and a recomputing backward (the ``[chunk, V]`` logits are never kept
-between forward and backward, so memory is bounded by one chunk, as with TRL's kernel):
+``logsumexp`` + ``gather`` forward and a recomputing backward (with more than one chunk the ``[chunk, V]``
+logits are not kept between forward and backward, so memory is bounded by one chunk, as with TRL's
+kernel; a batch of at most one chunk keeps its log-softmax and skips the recomputation):
 
     z = h W^T / T                        [n, V]
     log p_t = z_t - logsumexp(z)         [n]
@@ -34,14 +35,17 @@ class CompletionLogProbs(torch.autograd.Function):
         logps = hidden.new_empty(n, dtype=_acc(hidden))
         lse = torch.empty_like(logps)
         entropy = torch.empty_like(logps) if with_entropy else None
+        log_p = None
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
             z = _logits(hidden[start:end], weight, temperature, fp32)  # [c, V] fp32
             lse[start:end] = torch.logsumexp(z, dim=-1)
             logps[start:end] = z.gather(1, targets[start:end, None]).squeeze(1) - lse[start:end]
+            log_p = z.sub_(lse[start:end, None])  # in place: z is not needed again
             if with_entropy:
-                log_p = z.sub_(lse[start:end, None])  # in place: z is not needed again
                 entropy[start:end] = -(log_p.exp() * log_p).sum(-1)
+        # one chunk: keep its log-softmax for the backward (memory stays one chunk), else recompute per chunk
+        ctx.log_p = log_p if n <= chunk else None
         ctx.save_for_backward(hidden, weight, targets, lse, lse if entropy is None else entropy)
         ctx.settings = (temperature, chunk, fp32)
         return logps, entropy
@@ -57,7 +61,10 @@ class CompletionLogProbs(torch.autograd.Function):
         w = weight.to(acc) if fp32 else weight
         for start in range(0, hidden.size(0), chunk):
             end = min(start + chunk, hidden.size(0))
-            log_p = _logits(hidden[start:end], weight, temperature, fp32).sub_(lse[start:end, None])  # [c, V]
+            if ctx.log_p is not None:  # the forward's, one chunk (used up: the loop below works in place)
+                log_p, ctx.log_p = ctx.log_p, None
+            else:
+                log_p = _logits(hidden[start:end], weight, temperature, fp32).sub_(lse[start:end, None])  # [c, V]
             p = log_p.exp()
             grad_z = torch.zeros_like(p)
             if grad_logps is not None:  # d log p_t / dz_v = 1[v = t] - p_v

@@ -12,8 +12,10 @@ With the compact head, ``train.shared_prefix`` (default true) runs each distinct
 backbone once: a GRPO batch holds every prompt G times, and the prompt's keys and values do not depend
 on the completion after it (causal attention), so the prompt forward runs on the distinct prompts, its
 KV cache is expanded to every row (``index_select``, differentiable) and only the completion tokens run
-per row. Positions and masks are those of the full forward; the numbers are the same to float rounding
-(tests/test_logprobs.py). It needs the backbone to honour a KV cache in training (no gradient
+per row. With ``train.packing`` (default true) even the completions' padding is not run: each prompt
+and its completions are packed into one row under a block mask (rlpost/packing.py). Positions and masks
+are those of the full forward; the numbers are the same to float rounding (tests/test_logprobs.py,
+tests/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
 checkpointing) and no forward hooks on the backbone (PPO's critic head reads its output).
 """
 
@@ -24,6 +26,7 @@ from transformers import DynamicCache
 
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
+from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
 
 # config attributes TRL's head honours and rlpost's compact head does not implement
 SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
@@ -42,11 +45,17 @@ def compact_head_blocker(model, num_processes: int, deepspeed: bool) -> str | No
     return None
 
 
-def backbone_hidden(backbone, ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, share: bool) -> torch.Tensor:
+def backbone_hidden(
+    backbone, ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, share: bool, pack_tokens: int = 0
+) -> torch.Tensor:
     """Hidden states [B, T, H] at the positions that predict the last T = ``logits_to_keep`` tokens of
     ``ids [B, S]``; with ``share``, rows with the same prompt (ids and mask of the first S - T tokens)
-    run their prompt once."""
+    run their prompt once: packed with their completions when ``pack_tokens`` > 0 and the batch packs
+    into rows of at most that many tokens (rlpost/packing.py), else through an expanded KV cache."""
     prompt_len = ids.size(1) - logits_to_keep
+    packed = pack_groups(ids, mask, logits_to_keep, pack_tokens) if share and pack_tokens > 0 else None
+    if packed is not None:
+        return packed_hidden(backbone, packed, mask[:, -logits_to_keep:])
     if share and prompt_len > 0 and logits_to_keep > 1:
         prompts = torch.cat([ids[:, :prompt_len], mask[:, :prompt_len]], dim=1)
         distinct, inverse = torch.unique(prompts, dim=0, return_inverse=True)
@@ -94,6 +103,12 @@ class LogProbSeams:
             and not self._base_model().base_model._forward_hooks  # a hook reading the output expects one call
         )
 
+    def _packing_tokens(self) -> int:
+        """``train.packing_max_tokens`` when ``train.packing`` applies to the policy, else 0."""
+        train = self.run.settings.train
+        attention = self._base_model().config._attn_implementation
+        return train.packing_max_tokens if train.packing and attention in MASKED_ATTENTION else 0
+
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
     ):
@@ -105,12 +120,13 @@ class LogProbSeams:
         base = self._base_model(model)
         backbone, head = base.base_model, base.get_output_embeddings()
         share = self._share_prefix()
+        pack_tokens = self._packing_tokens() if share else 0
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):  # TRL's memory chunking over sequences
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
             with self.accelerator.autocast():
-                hidden = backbone_hidden(backbone, ids, mask, logits_to_keep, share)
+                hidden = backbone_hidden(backbone, ids, mask, logits_to_keep, share, pack_tokens)
             lp, ent = completion_logprobs(
                 hidden,
                 head.weight,

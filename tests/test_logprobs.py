@@ -30,8 +30,9 @@ def test_hand_computed_logprobs_entropy_and_weight_gradient():
     assert w.grad.tolist() == [pytest.approx(row, abs=1e-6) for row in expected]
 
 
+@pytest.mark.parametrize("chunk", [2, 8])  # chunks of 2 + 2 + 1 (recomputed in the backward), or one kept chunk
 @pytest.mark.parametrize("temperature", [1.0, 0.7])
-def test_gradients_equal_plain_autograd(temperature):
+def test_gradients_equal_plain_autograd(temperature, chunk):
     torch.manual_seed(0)
     hidden = torch.randn(5, 4, dtype=torch.float64, requires_grad=True)
     weight = torch.randn(7, 4, dtype=torch.float64, requires_grad=True)
@@ -43,12 +44,22 @@ def test_gradients_equal_plain_autograd(temperature):
     ref_entropy = -(log_p.exp() * log_p).sum(-1)
     ref = torch.autograd.grad((ref_logps * g_logp).sum() + (ref_entropy * g_ent).sum(), (hidden, weight))
 
-    logps, entropy = CompletionLogProbs.apply(hidden, weight, targets, temperature, 2, True, False)  # chunks 2+2+1
-    ours = torch.autograd.grad((logps * g_logp).sum() + (entropy * g_ent).sum(), (hidden, weight))
+    logps, entropy = CompletionLogProbs.apply(hidden, weight, targets, temperature, chunk, True, False)
+    loss = (logps * g_logp).sum() + (entropy * g_ent).sum()
+    ours = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
+    again = torch.autograd.grad(loss, (hidden, weight))  # a second backward recomputes what the first used up
     torch.testing.assert_close(logps, ref_logps)
     torch.testing.assert_close(entropy, ref_entropy)
-    for a, b in zip(ours, ref):
-        torch.testing.assert_close(a, b)
+    for a, b, c in zip(ours, again, ref):
+        torch.testing.assert_close(a, c)
+        torch.testing.assert_close(b, c)
+
+
+def test_no_completion_tokens():
+    hidden, weight = torch.randn(0, 4, requires_grad=True), torch.randn(7, 4, requires_grad=True)
+    logps, _ = CompletionLogProbs.apply(hidden, weight, torch.zeros(0, dtype=torch.long), 1.0, 8, False, False)
+    logps.sum().backward()
+    assert logps.shape == (0,) and weight.grad.abs().sum() == 0
 
 
 @pytest.mark.parametrize("fp32", [False, True])
