@@ -5,6 +5,8 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
 
 - ``hf dynamic``: ``model.generate`` with the dynamic KV cache (TRL's call; it stops as soon as every
   sequence has emitted EOS);
+- ``hf dynamic, shared prefix``: the same call under rlpost's ``train.shared_prefix``
+  (rlpost/prefix_generation.py): each distinct prompt prefilled once, its KV cache expanded to the rows;
 - ``lean loop``: a minimal prefill + decode loop (``logits_to_keep=1``, softmax, ``multinomial``), the
   same sampling ops in the same order, so with the same seed it must give the same tokens;
 - ``hf static``: ``cache_implementation="static"`` without compilation;

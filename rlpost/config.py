@@ -35,7 +35,8 @@ class TrainSettings:
     logprob_chunk: int = 1024  # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
     shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward
     packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
-    packing_max_tokens: int = 4096  # longest packed row (dense [L, L] attention mask); longer: padded rows
+    packing_max_tokens: int = 1024  # longest packed row: its dense attention costs ~L / (6 d_model) more FLOPs
+    cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
     save_steps: int = 0
     save_total_limit: int = 2
 

@@ -24,12 +24,16 @@ from __future__ import annotations
 
 import torch
 
+from rlpost.onednn import matmul_nt
+
 
 class CompletionLogProbs(torch.autograd.Function):
     """log p(target) [N] and entropy [N] (None unless asked) of ``hidden [N, H] @ weight[V, H]^T / T``."""
 
     @staticmethod
-    def forward(ctx, hidden, weight, targets, temperature: float, chunk: int, with_entropy: bool, fp32: bool):
+    def forward(
+        ctx, hidden, weight, targets, temperature: float, chunk: int, with_entropy: bool, fp32: bool, onednn: bool
+    ):
         ctx.set_materialize_grads(False)  # entropy is usually logged only: no zero gradient to fold back
         n = hidden.size(0)
         logps = hidden.new_empty(n, dtype=_acc(hidden))
@@ -38,7 +42,7 @@ class CompletionLogProbs(torch.autograd.Function):
         log_p = None
         for start in range(0, n, chunk):
             end = min(start + chunk, n)
-            z = _logits(hidden[start:end], weight, temperature, fp32)  # [c, V] fp32
+            z = _logits(hidden[start:end], weight, temperature, fp32, onednn)  # [c, V] fp32
             lse[start:end] = torch.logsumexp(z, dim=-1)
             logps[start:end] = z.gather(1, targets[start:end, None]).squeeze(1) - lse[start:end]
             log_p = z.sub_(lse[start:end, None])  # in place: z is not needed again
@@ -47,13 +51,13 @@ class CompletionLogProbs(torch.autograd.Function):
         # one chunk: keep its log-softmax for the backward (memory stays one chunk), else recompute per chunk
         ctx.log_p = log_p if n <= chunk else None
         ctx.save_for_backward(hidden, weight, targets, lse, lse if entropy is None else entropy)
-        ctx.settings = (temperature, chunk, fp32)
+        ctx.settings = (temperature, chunk, fp32, onednn)
         return logps, entropy
 
     @staticmethod
     def backward(ctx, grad_logps, grad_entropy):
         hidden, weight, targets, lse, entropy = ctx.saved_tensors
-        temperature, chunk, fp32 = ctx.settings
+        temperature, chunk, fp32, onednn = ctx.settings
         need_hidden, need_weight = ctx.needs_input_grad[:2]
         acc = _acc(hidden)
         grad_hidden = torch.zeros_like(hidden, dtype=acc) if need_hidden else None
@@ -64,7 +68,7 @@ class CompletionLogProbs(torch.autograd.Function):
             if ctx.log_p is not None:  # the forward's, one chunk (used up: the loop below works in place)
                 log_p, ctx.log_p = ctx.log_p, None
             else:
-                log_p = _logits(hidden[start:end], weight, temperature, fp32).sub_(lse[start:end, None])  # [c, V]
+                log_p = _logits(hidden[start:end], weight, temperature, fp32, onednn).sub_(lse[start:end, None])
             p = log_p.exp()
             grad_z = torch.zeros_like(p)
             if grad_logps is not None:  # d log p_t / dz_v = 1[v = t] - p_v
@@ -75,12 +79,12 @@ class CompletionLogProbs(torch.autograd.Function):
             grad_z.div_(temperature)
             h = hidden[start:end].to(acc) if fp32 else hidden[start:end]
             if grad_hidden is not None:
-                grad_hidden[start:end] = grad_z.to(w.dtype) @ w
+                grad_hidden[start:end] = matmul_nt(grad_z.to(w.dtype), w.t(), onednn)
             if grad_weight is not None:
-                grad_weight.add_(grad_z.t().to(h.dtype) @ h)  # a bf16 matmul accumulated in fp32
+                grad_weight.add_(matmul_nt(grad_z.t().to(h.dtype), h.t(), onednn))  # bf16: accumulated in fp32
         grad_hidden = grad_hidden.to(hidden.dtype) if grad_hidden is not None else None
         grad_weight = grad_weight.to(weight.dtype) if grad_weight is not None else None
-        return grad_hidden, grad_weight, None, None, None, None, None
+        return grad_hidden, grad_weight, None, None, None, None, None, None
 
 
 def _acc(hidden: torch.Tensor) -> torch.dtype:
@@ -88,10 +92,10 @@ def _acc(hidden: torch.Tensor) -> torch.dtype:
     return torch.promote_types(hidden.dtype, torch.float32)
 
 
-def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, fp32: bool) -> torch.Tensor:
+def _logits(hidden: torch.Tensor, weight: torch.Tensor, temperature: float, fp32: bool, onednn: bool) -> torch.Tensor:
     """``hidden [c, H] @ weight[V, H]^T / T`` as fp32 [c, V] (the matmul in fp32 too when ``fp32``)."""
     acc = _acc(hidden)
-    z = hidden.to(acc) @ weight.to(acc).t() if fp32 else (hidden @ weight.t()).to(acc)
+    z = matmul_nt(hidden.to(acc), weight.to(acc), onednn) if fp32 else matmul_nt(hidden, weight, onednn).to(acc)
     return z.div_(temperature) if temperature != 1.0 else z
 
 
@@ -104,12 +108,13 @@ def completion_logprobs(
     with_entropy: bool = False,
     chunk: int = 1024,
     fp32: bool = False,
+    onednn: bool = False,
 ) -> tuple[torch.Tensor, torch.Tensor | None]:
     """Log-probs and entropies [B, T] of ``targets [B, T]`` from the hidden states that predict them
     (``hidden [B, T, H]``: the position before each target); zero where ``mask [B, T]`` is 0."""
     mask = mask.bool()
     logps, entropy = CompletionLogProbs.apply(
-        hidden[mask], weight, targets[mask], temperature, chunk, with_entropy, fp32
+        hidden[mask], weight, targets[mask], temperature, chunk, with_entropy, fp32, onednn
     )
     full = torch.zeros(mask.shape, dtype=logps.dtype, device=hidden.device)
     return full.masked_scatter(mask, logps), None if entropy is None else full.masked_scatter(mask, entropy)

@@ -84,6 +84,7 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
         self._reward_terms: torch.Tensor | None = None
         self._rollout: RolloutInfo | None = None
         super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
+        self._onednn = self._route_matmuls()  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/onednn.py)
         # ---- corrections: a rollout copy / peer model when the correction node asks for one ----
         correction = run.algorithm.correction
         peer = getattr(correction, "peer", None)

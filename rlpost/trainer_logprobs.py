@@ -24,6 +24,7 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
+from rlpost import onednn
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
 from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
@@ -103,6 +104,18 @@ class LogProbSeams:
             and not self._base_model().base_model._forward_hooks  # a hook reading the output expects one call
         )
 
+    def _route_matmuls(self) -> bool:
+        """``train.cpu_matmul``: route the policy's and reference's fp32 linears through oneDNN (auto: on CPU
+        in one process without DeepSpeed, where oneDNN is available). Returns whether it did."""
+        choice = self.run.settings.train.cpu_matmul
+        single = self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled
+        if choice == "aten" or not (single and self.accelerator.device.type == "cpu" and onednn.available()):
+            return False
+        for model in (self.model, self.ref_model):
+            if model is not None:
+                onednn.use_onednn_linears(self.accelerator.unwrap_model(model))
+        return True
+
     def _packing_tokens(self) -> int:
         """``train.packing_max_tokens`` when ``train.packing`` applies to the policy, else 0."""
         train = self.run.settings.train
@@ -136,6 +149,7 @@ class LogProbSeams:
                 with_entropy=compute_entropy,
                 chunk=self.run.settings.train.logprob_chunk,
                 fp32=self.args.cast_lm_head_to_fp32,
+                onednn=self._onednn,
             )
             logps.append(lp)
             entropies.append(ent)

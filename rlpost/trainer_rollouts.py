@@ -4,7 +4,8 @@
   (rlpost/rollouts/) builds each group around TRL's own ``_generate`` and may adjust the rewards.
 - seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
   (rlpost/corrections/rollout.py) when the correction asks for them; otherwise TRL's generation, with
-  each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py).
+  each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py) and
+  oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/onednn.py).
 - ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
@@ -12,11 +13,12 @@ Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer an
 
 from __future__ import annotations
 
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 import torch
 from accelerate.utils import gather_object
 
+from rlpost import onednn
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
 
@@ -45,7 +47,7 @@ class RolloutSeams:
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
         if self._rollout_engine is None:
-            with self._prefix_generation():
+            with self._generation_context(len(prompt_ids)):
                 return super()._generate_single_turn(
                     prompt_ids, images, multimodal_fields, num_generations, has_tool_images
                 )
@@ -55,11 +57,18 @@ class RolloutSeams:
 
         return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
 
-    def _prefix_generation(self):
-        """``train.shared_prefix`` for TRL's transformers generation (vLLM caches prefixes itself)."""
-        if not self.run.settings.train.shared_prefix or self.use_vllm or self._is_vlm:
-            return nullcontext()
-        return shared_prefix_generation(self.accelerator.unwrap_model(self.model))
+    def _generation_context(self, rows: int) -> ExitStack:
+        """TRL's transformers generation (not vLLM) with ``train.shared_prefix`` (each distinct prompt
+        prefilled once) and, with oneDNN linears, their weights packed once for the whole call."""
+        stack = ExitStack()
+        if self.use_vllm:
+            return stack
+        policy = self.accelerator.unwrap_model(self.model)
+        if self.run.settings.train.shared_prefix and not self._is_vlm:
+            stack.enter_context(shared_prefix_generation(policy))
+        if getattr(self, "_onednn", False):
+            stack.enter_context(onednn.packed_weights(policy, rows))
+        return stack
 
     # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
     def _rollout_strategy(self, prompts: list):

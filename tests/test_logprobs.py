@@ -18,7 +18,7 @@ def test_hand_computed_logprobs_entropy_and_weight_gradient():
     # p_1 = [1, e^2, e^2] / (1 + 2e^2) = [0.063379, 0.468311, 0.468311];  H_1 = 0.885382
     h = torch.tensor([[1.0, 0.0], [0.0, 2.0]], dtype=torch.float64, requires_grad=True)
     w = torch.tensor([[1.0, 0.0], [0.0, 1.0], [1.0, 1.0]], dtype=torch.float64, requires_grad=True)
-    logps, entropy = CompletionLogProbs.apply(h, w, torch.tensor([0, 2]), 1.0, 1, True, False)
+    logps, entropy = CompletionLogProbs.apply(h, w, torch.tensor([0, 2]), 1.0, 1, True, False, False)
     assert logps.tolist() == pytest.approx([-0.861995, -0.758624], abs=1e-6)
     assert entropy.tolist() == pytest.approx([1.017357, 0.885382], abs=1e-6)
     logps.sum().backward()
@@ -44,7 +44,7 @@ def test_gradients_equal_plain_autograd(temperature, chunk):
     ref_entropy = -(log_p.exp() * log_p).sum(-1)
     ref = torch.autograd.grad((ref_logps * g_logp).sum() + (ref_entropy * g_ent).sum(), (hidden, weight))
 
-    logps, entropy = CompletionLogProbs.apply(hidden, weight, targets, temperature, chunk, True, False)
+    logps, entropy = CompletionLogProbs.apply(hidden, weight, targets, temperature, chunk, True, False, False)
     loss = (logps * g_logp).sum() + (entropy * g_ent).sum()
     ours = torch.autograd.grad(loss, (hidden, weight), retain_graph=True)
     again = torch.autograd.grad(loss, (hidden, weight))  # a second backward recomputes what the first used up
@@ -57,7 +57,7 @@ def test_gradients_equal_plain_autograd(temperature, chunk):
 
 def test_no_completion_tokens():
     hidden, weight = torch.randn(0, 4, requires_grad=True), torch.randn(7, 4, requires_grad=True)
-    logps, _ = CompletionLogProbs.apply(hidden, weight, torch.zeros(0, dtype=torch.long), 1.0, 8, False, False)
+    logps, _ = CompletionLogProbs.apply(hidden, weight, torch.zeros(0, dtype=torch.long), 1.0, 8, False, False, False)
     logps.sum().backward()
     assert logps.shape == (0,) and weight.grad.abs().sum() == 0
 
@@ -69,9 +69,9 @@ def test_bf16_model_gradients_close_to_fp32(fp32):
     hidden, weight = torch.randn(6, 8), torch.randn(11, 8)
     targets = torch.randint(0, 11, (6,))
     ref = [t.clone().requires_grad_() for t in (hidden, weight)]
-    CompletionLogProbs.apply(*ref, targets, 1.0, 4, False, False)[0].sum().backward()
+    CompletionLogProbs.apply(*ref, targets, 1.0, 4, False, False, False)[0].sum().backward()
     low = [t.to(torch.bfloat16).requires_grad_() for t in (hidden, weight)]
-    logps, _ = CompletionLogProbs.apply(*low, targets, 1.0, 4, False, fp32)
+    logps, _ = CompletionLogProbs.apply(*low, targets, 1.0, 4, False, fp32, False)
     logps.sum().backward()
     assert logps.dtype == torch.float32 and low[1].grad.dtype == torch.bfloat16
     for ours, full in zip(low, ref):

@@ -85,7 +85,7 @@ def test_trainer_packs_by_default_and_refuses_a_bad_limit(tmp_path):
     from rlpost.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
-    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing_tokens() == 4096
+    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing_tokens() == 1024
     assert rlpost_trainer(make_run(["train.packing=false"]), tmp_path / "b")._packing_tokens() == 0
     with pytest.raises(ConfigError, match="train.packing_max_tokens=0 must be >= 1"):
         check_hardware(make_run(["train.packing_max_tokens=0"]))

@@ -61,6 +61,19 @@ def check_hardware(run: Any) -> None:
             f"train.logprob_head=compact calls the model outside its distributed wrapper, so it needs one process "
             f"without DeepSpeed (hardware={hw.name}, num_processes={hw.num_processes}); use train.logprob_head=auto."
         )
+    if train.cpu_matmul == "onednn":
+        from rlpost import onednn
+
+        if hw.device != "cpu" or hw.num_processes > 1 or hw.zero_stage:
+            raise ConfigError(
+                f"train.cpu_matmul=onednn needs one CPU process without DeepSpeed (hardware={hw.name}, "
+                f"device={hw.device}, num_processes={hw.num_processes}); use train.cpu_matmul=auto or aten."
+            )
+        if not onednn.available():
+            raise ConfigError(
+                "train.cpu_matmul=onednn: this PyTorch build has no usable oneDNN fp32 matmul "
+                "(torch.ops.mkldnn._linear_pointwise); use train.cpu_matmul=auto or aten."
+            )
     if train.logprob_chunk < 1:
         raise ConfigError(f"train.logprob_chunk={train.logprob_chunk} must be >= 1 (tokens per LM-head projection).")
     if train.packing_max_tokens < 1:
