@@ -168,19 +168,28 @@ def summarize_run(result: dict, warmup: int) -> dict:
     }
 
 
-def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8) -> float:
-    """Best measured fp32 matmul rate of ``size x size`` matrices with ``threads`` torch threads."""
+def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8) -> dict[str, float]:
+    """Best measured fp32 rate of a ``size x size`` matmul with ``threads`` torch threads, by kernel:
+    ``torch`` (``a @ b``: MKL's sgemm on x86) and, where available, ``onednn`` (rlpost/onednn.py)."""
     import torch
+
+    from rlpost import onednn
 
     if threads:
         torch.set_num_threads(threads)
     a, b = torch.randn(size, size), torch.randn(size, size)
-    best = float("inf")
-    for _ in range(reps):
-        t = time.perf_counter()
-        a @ b
-        best = min(best, time.perf_counter() - t)
-    return 2 * size**3 / best / 1e9
+    kernels = {"torch": lambda: a @ b}
+    if onednn.available():
+        kernels["onednn"] = lambda: onednn.matmul_nt(a, b, True)
+    rates = {}
+    for name, run in kernels.items():
+        best = float("inf")
+        for _ in range(reps):
+            t = time.perf_counter()
+            run()
+            best = min(best, time.perf_counter() - t)
+        rates[name] = 2 * size**3 / best / 1e9
+    return rates
 
 
 def machine(threads: int, load: float) -> str:
