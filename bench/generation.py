@@ -7,6 +7,8 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
   sequence has emitted EOS);
 - ``hf dynamic, shared prefix``: the same call under rlpost's ``train.shared_prefix``
   (rlpost/prefix_generation.py): each distinct prompt prefilled once, its KV cache expanded to the rows;
+- ``+ oneDNN packed``: and rlpost's ``train.cpu_matmul`` (rlpost/onednn.py): every linear through
+  oneDNN with its weight packed once per call (the packing is inside the timed call);
 - ``lean loop``: a minimal prefill + decode loop (``logits_to_keep=1``, softmax, ``multinomial``), the
   same sampling ops in the same order, so with the same seed it must give the same tokens;
 - ``hf static``: ``cache_implementation="static"`` without compilation;
@@ -55,6 +57,7 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     args = p.parse_args()
 
+    from rlpost import onednn
     from rlpost.build import build_run
     from rlpost.cli import compose
     from rlpost.data import load_datasets
@@ -82,9 +85,19 @@ def main() -> None:
         with shared_prefix_generation(model):
             return hf(**extra)
 
+    def shared_onednn(**extra):  # + train.cpu_matmul=onednn: linears through oneDNN, weights packed per call
+        onednn.use_onednn_linears(model)
+        try:
+            with shared_prefix_generation(model), onednn.packed_weights(model, enc.input_ids.size(0)):
+                return hf(**extra)
+        finally:  # the other variants run PyTorch's linears
+            for module in model.modules():
+                module.__dict__.pop("forward", None)
+
     variants = [
         ("hf dynamic", lambda: hf(disable_compile=True)),
         ("hf dynamic, shared prefix", lambda: shared(disable_compile=True)),
+        ("hf dynamic, shared prefix + oneDNN packed", lambda: shared_onednn(disable_compile=True)),
         ("lean loop", lambda: lean_generate(model, enc.input_ids, enc.attention_mask, args.max_new_tokens, eos, pad)),
         ("hf static", lambda: hf(cache_implementation="static", disable_compile=True)),
     ]
