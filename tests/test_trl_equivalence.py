@@ -1,8 +1,8 @@
 """rlpost's components reproduce plain TRL GRPOTrainer exactly on the same model, data, seed, batch.
 
-Same generations, and the same loss and grad norm at every step to 1e-5 relative with TRL's log-prob
-head (``train.logprob_head=trl``: the identical computation), and to 1e-4 with rlpost's compact head
-(the CPU default; fp32 sums over the vocabulary in another order, rlpost/logprobs.py). The reward is a
+Same generations, and the same loss and grad norm at every step to 1e-5 relative with TRL's
+computation (``train.logprob_head=trl train.cpu_matmul=aten``), and to 1e-4 with rlpost's CPU defaults
+(compact head, oneDNN matmuls, packed rows: fp32 sums in another order, rlpost/logprobs.py, rlpost/onednn.py). The reward is a
 deterministic hash of the completion text, so groups have variance and the loss is not trivially 0;
 lr=1e-3 makes later steps depend on earlier updates, and micro_batch_size=4 with 8 completions per
 step exercises gradient accumulation (2 micro-batches) in every aggregation's normalizer.
@@ -31,11 +31,15 @@ def _close(a: float, b: float, rel: float = 1e-5) -> bool:
     return math.isclose(a, b, rel_tol=rel, abs_tol=1e-8)
 
 
-@pytest.mark.parametrize(("head", "rel"), [("trl", 1e-5), ("compact", 1e-4)])
+# trl: TRL's computation (its head, PyTorch's matmuls); fast: rlpost's CPU defaults (compact head, oneDNN)
+FORWARD = {"trl": ["train.logprob_head=trl", "train.cpu_matmul=aten"], "fast": []}
+
+
+@pytest.mark.parametrize(("forward", "rel"), [("trl", 1e-5), ("fast", 1e-4)])
 @pytest.mark.parametrize("algorithm", list(CASES))
-def test_matches_plain_trl(algorithm, head, rel, tmp_path):
+def test_matches_plain_trl(algorithm, forward, rel, tmp_path):
     extra, trl_settings = CASES[algorithm]
-    run = make_run([f"algorithm={algorithm}", "train.micro_batch_size=4", f"train.logprob_head={head}", *extra])
+    run = make_run([f"algorithm={algorithm}", "train.micro_batch_size=4", *FORWARD[forward], *extra])
     assert run.plan.grad_accum == 2
 
     plain = train_plain_trl(run, tmp_path / "trl", **trl_settings)
