@@ -83,11 +83,8 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_
     positions = torch.zeros_like(packed_ids)
     segment = torch.full_like(packed_ids, -2)  # -2: padding slot
     for d, (tokens, cols, segs) in enumerate(rows):
-        packed_ids[d, : tokens.numel()], positions[d, : tokens.numel()], segment[d, : tokens.numel()] = (
-            tokens,
-            cols,
-            segs,
-        )
+        n = tokens.numel()
+        packed_ids[d, :n], positions[d, :n], segment[d, :n] = tokens, cols, segs
     query, key = segment[:, :, None], segment[:, None, :]  # [D, L, 1], [D, 1, L]
     causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
     real = (query != -2) & (key != -2)
