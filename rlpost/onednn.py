@@ -35,7 +35,7 @@ def available() -> bool:
     try:
         x, w = torch.randn(5, 16, generator=torch.Generator().manual_seed(0)), torch.eye(16)[:7]
         return torch.allclose(_matmul(x, w), x[:, :7])
-    except (RuntimeError, NotImplementedError):
+    except (RuntimeError, NotImplementedError):  # the op is registered but this CPU or build cannot run it
         return False
 
 

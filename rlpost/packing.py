@@ -29,6 +29,8 @@ from dataclasses import dataclass
 
 import torch
 
+from rlpost.prefix_generation import prompt_groups
+
 MASKED_ATTENTION = ("sdpa", "eager")  # implementations that take a custom 4D mask
 
 
@@ -55,8 +57,7 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_
     right_padded = (completion_mask[:, 1:] <= completion_mask[:, :-1]).all()
     if not (left_padded and right_padded):
         return None
-    keys = torch.cat([ids[:, :prompt_width], prompt_mask.long()], dim=1)
-    _, group = torch.unique(keys, dim=0, return_inverse=True)  # [B] group of each row
+    _, group = prompt_groups(ids[:, :prompt_width], prompt_mask)  # [B] group of each row
     lengths = completion_mask.sum(1).tolist()  # real completion tokens per row
 
     rows, sources = [], {}  # per group: (token ids, positions, segment ids); per batch row: packed indices

@@ -23,13 +23,18 @@ import torch
 from transformers import DynamicCache
 
 
+def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Rows of ``ids [B, S]`` with equal ids and mask: the distinct rows ``[D, 2S]`` (ids, then mask)
+    and each row's index among them ``[B]``."""
+    return torch.unique(torch.cat([ids, mask.to(ids.dtype)], dim=1), dim=0, return_inverse=True)
+
+
 def shared_prefix_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DynamicCache | None:
     """KV cache of ``input_ids [B, S]`` but its last column, computed once per distinct prompt row and
     expanded to the B rows; None when no two rows share a prompt (nothing to save) or S < 2."""
     if input_ids.size(1) < 2:
         return None
-    rows = torch.cat([input_ids, attention_mask.to(input_ids.dtype)], dim=1)
-    distinct, inverse = torch.unique(rows, dim=0, return_inverse=True)
+    distinct, inverse = prompt_groups(input_ids, attention_mask)
     if distinct.size(0) == input_ids.size(0):
         return None
     width = input_ids.size(1)

@@ -28,6 +28,7 @@ from rlpost import onednn
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
 from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
+from rlpost.prefix_generation import prompt_groups
 
 # config attributes TRL's head honours and rlpost's compact head does not implement
 SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
@@ -58,8 +59,7 @@ def backbone_hidden(
     if packed is not None:
         return packed_hidden(backbone, packed, mask[:, -logits_to_keep:])
     if share and prompt_len > 0 and logits_to_keep > 1:
-        prompts = torch.cat([ids[:, :prompt_len], mask[:, :prompt_len]], dim=1)
-        distinct, inverse = torch.unique(prompts, dim=0, return_inverse=True)
+        distinct, inverse = prompt_groups(ids[:, :prompt_len], mask[:, :prompt_len])
         if distinct.size(0) < ids.size(0):
             cache = DynamicCache()
             prefix = backbone(

@@ -52,8 +52,11 @@ class RolloutSeams:
                     prompt_ids, images, multimodal_fields, num_generations, has_tool_images
                 )
 
-        def own(ids):
-            return super(RolloutSeams, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[0]
+        def own(ids):  # the policy's own rows (a peer model samples the others)
+            with self._generation_context(len(ids)):
+                return super(RolloutSeams, self)._generate_single_turn(ids, images, multimodal_fields, num_generations)[
+                    0
+                ]
 
         return self._rollout_engine.generate(self, prompt_ids, num_generations, own), None
 
