@@ -17,9 +17,9 @@ Both trainers are subclassed by the same timing mixin, which adds up per optimiz
 
 Training FLOPs (model FLOPs, as in MFU) are ``6 * N * tokens`` for the transformer body (N = parameters
 outside the embedding; tokens = the prompt + completion tokens the backbone runs, padding excluded; with
-rlpost's shared prompt prefix each distinct prompt counts once, and packed rows skip each completion's last token) plus ``6 * d_model * vocab * completion
-tokens`` for the LM head (only completion positions need log-probs); attention score FLOPs (about 1% at
-these lengths) are left out. ``grad``: time in ``_clip_grad_norm`` (rlpost's gradient transforms run there).
+rlpost's shared prompt prefix each distinct prompt counts once, and packed rows skip each completion's
+last token) plus ``6 * d_model * vocab * completion tokens`` for the LM head (only completion positions
+need log-probs); attention score FLOPs (about 1% at these lengths) are left out. ``grad``: time in ``_clip_grad_norm`` (rlpost's gradient transforms run there).
 """
 
 from __future__ import annotations
@@ -48,6 +48,7 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
     from rlpost.cli import compose
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
+    from rlpost.prefix_generation import prompt_groups
 
     if threads:
         torch.set_num_threads(threads)
@@ -103,7 +104,7 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
             acc["completion_tokens"] += float(completion.sum())
             prompt_tokens, completion_tokens = prompt.sum(), completion.sum()  # the tokens the backbone runs
             if getattr(self, "_compact_logprobs", lambda: False)() and self._share_prefix():
-                distinct = torch.unique(torch.cat([inputs["prompt_ids"], prompt], dim=1), dim=0)  # one per prompt
+                distinct, _ = prompt_groups(inputs["prompt_ids"], prompt)  # [D, 2P]: ids, then mask
                 prompt_tokens = distinct[:, prompt.size(1) :].sum()
                 if self._packing_tokens():  # packed rows skip each completion's last token (it predicts nothing)
                     completion_tokens = completion_tokens - completion.sum(1).gt(0).sum()

@@ -177,7 +177,7 @@ def main(argv=None) -> int:
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
     env.update({} if args.system_malloc else KEEP_MEMORY)
-    common = [f"--model={args.model}", f"--steps={args.steps}", f"--threads={args.threads}"]
+    common = [f"--model={args.model}", f"--steps={args.steps}", f"--warmup={args.warmup}", f"--threads={args.threads}"]
     suites = {name: SUITES[name](args) for name in args.suites}
     plan = []
     for name, variants in suites.items():
