@@ -20,13 +20,14 @@ Resuming (``resume=``; the CLI resolves it before Hydra makes a run directory):
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 from pathlib import Path
 from typing import Any
 
-from rlpost.errors import ConfigError
+from rlpost.errors import ConfigError, RunStopped
 
 CHECKPOINT_RE = re.compile(r"^checkpoint-(\d+)$")
 STAGING_PREFIX = ".tmp-"
@@ -34,60 +35,65 @@ WEIGHTS = ("model.safetensors", "model.safetensors.index.json", "adapter_model.s
 IGNORED_KEYS = ("resume",)  # config keys that may differ between the launches of one run
 
 
-class CheckpointWriteError(RuntimeError):
-    """A checkpoint could not be written (disk full, quota, ...); names the last complete one."""
+class CheckpointWriteError(RunStopped):
+    """A checkpoint (or the final model) could not be written (disk full, quota, read-only folder,
+    the run directory removed); names the last complete checkpoint, which is left intact."""
 
-    def __init__(self, step: int, root: str | os.PathLike, err: OSError):
-        last = latest_checkpoint(Path(root))
+    def __init__(self, name: int | str, root: str | os.PathLike, err: OSError):
+        name = f"checkpoint-{name}" if isinstance(name, int) else name
+        last = latest_checkpoint(Path(root)) if Path(root).is_dir() else None
         kept = f"the last complete checkpoint is {last}" if last else "no earlier checkpoint exists"
         super().__init__(
-            f"checkpoint-{step} could not be written to {root}: {err.strerror or err} ({type(err).__name__}); "
+            f"{name} could not be written to {root}: {err.strerror or err} ({type(err).__name__}); "
             f"{kept}. Free space (or move hydra.run.dir) and rerun with resume=auto."
         )
 
 
+def unreadable_state(folder: Path) -> str | None:
+    """Why ``folder/trainer_state.json`` cannot be resumed from (missing, not JSON, no step), or None."""
+    path = Path(folder) / "trainer_state.json"
+    try:
+        state = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        return "no trainer_state.json"
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
+        return f"trainer_state.json is unreadable ({type(err).__name__}: {err})"
+    if not isinstance(state, dict) or not isinstance(state.get("global_step"), int):
+        return "trainer_state.json has no global_step"
+    return None
+
+
 def is_complete(folder: Path) -> bool:
-    """A checkpoint folder with its trainer state and model weights (never a ``.tmp-`` one)."""
+    """A checkpoint folder with a readable trainer state and model weights (never a ``.tmp-`` one)."""
     folder = Path(folder)
-    if folder.name.startswith(STAGING_PREFIX) or not (folder / "trainer_state.json").is_file():
+    if folder.name.startswith(STAGING_PREFIX) or unreadable_state(folder) is not None:
         return False
     return any((folder / name).is_file() for name in WEIGHTS)
 
 
 def latest_checkpoint(checkpoints: Path) -> Path | None:
     """The complete ``checkpoint-N`` with the largest N under ``checkpoints``, or None."""
-    checkpoints = Path(checkpoints)
-    if not checkpoints.is_dir():
-        return None
-    found = [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
-    complete = [(step, p) for step, p in found if is_complete(p)]
+    complete = [(step, p) for step, p in _numbered(checkpoints) if is_complete(p)]
     return max(complete)[1] if complete else None
 
 
-def staging_root_path(root: str | os.PathLike, step: int) -> str:
-    return str(Path(root) / f"{STAGING_PREFIX}checkpoint-{step}")
+def skipped_checkpoints(checkpoints: Path) -> list[str]:
+    """One line per ``checkpoint-N`` newer than the latest complete one that cannot be resumed, saying why."""
+    latest = latest_checkpoint(checkpoints)
+    newest = int(CHECKPOINT_RE.match(latest.name).group(1)) if latest else -1
+    lines = []
+    for step, path in sorted(_numbered(checkpoints)):
+        if step > newest and not is_complete(path):
+            reason = unreadable_state(path) or "no model weights"
+            lines.append(f"{path.name} skipped: {reason}; using {latest.name if latest else 'no checkpoint'}")
+    return lines
 
 
-def staging_root(root: str | os.PathLike, step: int) -> str:
-    """A fresh staging folder for checkpoint ``step`` (a stale one from a killed save is removed)."""
-    staging = Path(staging_root_path(root, step))
-    shutil.rmtree(staging, ignore_errors=True)
-    staging.mkdir(parents=True)
-    return str(staging)
-
-
-def publish(staging: str | os.PathLike, root: str | os.PathLike, step: int) -> Path:
-    """Move ``<staging>/checkpoint-N`` to ``<root>/checkpoint-N`` by one rename; returns the final path."""
-    staging, root = Path(staging), Path(root)
-    source, target = staging / f"checkpoint-{step}", root / f"checkpoint-{step}"
-    if target.exists():  # a checkpoint of the same step from before a resume: replace it
-        old = root / f"{STAGING_PREFIX}old-checkpoint-{step}"
-        shutil.rmtree(old, ignore_errors=True)
-        os.rename(target, old)
-        shutil.rmtree(old, ignore_errors=True)
-    os.rename(source, target)
-    shutil.rmtree(staging, ignore_errors=True)
-    return target
+def _numbered(checkpoints: Path) -> list[tuple[int, Path]]:
+    checkpoints = Path(checkpoints)
+    if not checkpoints.is_dir():
+        return []
+    return [(int(m.group(1)), p) for p in checkpoints.iterdir() if (m := CHECKPOINT_RE.match(p.name))]
 
 
 def remove_stale_staging(checkpoints: Path) -> list[str]:

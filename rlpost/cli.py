@@ -14,7 +14,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 
-from rlpost.errors import ConfigError
+from rlpost.errors import ConfigError, RunStopped
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
 HYDRA_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p"}
@@ -230,6 +230,9 @@ def _train_job(cfg) -> float | None:
         summary = train(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
     except ConfigError as err:
         sys.exit(fail(str(err)))
+    except RunStopped as err:  # reliability: disk full, run directory removed, read-only checkpoints
+        print(f"rlpost: stopped: {err}", file=sys.stderr)
+        sys.exit(RunStopped.exit_code)
     if summary.get("preempted"):  # reliability: SIGTERM/SIGINT -> checkpoint saved, distinct exit code
         from rlpost.preemption import EXIT_PREEMPTED
 
@@ -373,6 +376,9 @@ COMMANDS: dict[str, Callable[[list[str]], int]] = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    from rlpost.launch.accelerate import restore_stop_signals
+
+    restore_stop_signals()  # a process started by `rlpost train hardware.num_processes=N` (rlpost/launch/)
     argv = sys.argv[1:] if argv is None else argv
     if not argv or argv[0] in ("-h", "--help", "help"):
         print(USAGE)

@@ -1,4 +1,7 @@
-"""The one error type users see for bad input: a clear message and exit code 2."""
+"""The errors users see, each with its exit code: bad input (2), a run that cannot continue (1),
+and the exit code of a preempted run (75)."""
+
+EXIT_PREEMPTED = 75  # EX_TEMPFAIL: a checkpoint was saved on SIGTERM/SIGINT; requeue and resume (rlpost/preemption.py)
 
 
 class ConfigError(ValueError):
@@ -8,3 +11,13 @@ class ConfigError(ValueError):
     """
 
     exit_code = 2
+
+
+class RunStopped(RuntimeError):
+    """A run that cannot continue (disk full, its folder removed, a read-only checkpoint folder).
+
+    The message says why in one line and names the last complete checkpoint; the CLI prints it
+    without a traceback and exits with code 1. ``resume=auto`` continues from that checkpoint.
+    """
+
+    exit_code = 1

@@ -9,8 +9,11 @@ average over ``window`` logged points (1 = raw).
 from __future__ import annotations
 
 import fnmatch
+import os
 from pathlib import Path
 from typing import Any
+
+from rlpost.ranks import is_main
 
 DEFAULT_KEYS = ("reward", "loss", "kl", "entropy", "eval/accuracy")
 SKIP_KEYS = ("step", "epoch")
@@ -89,13 +92,23 @@ def make_figure(runs: dict[str, list[dict[str, Any]]], keys: tuple[str, ...] = D
 def plot_curves(
     runs: dict[str, list[dict[str, Any]]], out_file: Path, keys: tuple[str, ...] = DEFAULT_KEYS, window: int = 1
 ) -> Path | None:
-    """One panel per metric key, one line per run; returns the PNG path (None when nothing to plot)."""
+    """One panel per metric key, one line per run; returns the PNG path (None when nothing to plot).
+
+    Written by the main process only (rlpost/ranks.py; other ranks get None), to a temp file renamed
+    into place, so a reader or a kill never sees half a PNG."""
     import matplotlib.pyplot as plt
 
+    if not is_main():
+        return None
     fig = make_figure(runs, keys, window)
     if fig is None:
         return None
     out_file.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(out_file, dpi=110)
-    plt.close(fig)
+    tmp = out_file.with_name(f".{out_file.stem}.{os.getpid()}.tmp{out_file.suffix}")
+    try:
+        fig.savefig(tmp, dpi=110)
+        os.replace(tmp, out_file)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
     return out_file

@@ -19,7 +19,8 @@ import threading
 import torch
 from transformers import TrainerCallback
 
-EXIT_PREEMPTED = 75
+from rlpost.errors import EXIT_PREEMPTED
+
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 

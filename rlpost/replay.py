@@ -31,6 +31,8 @@ from typing import Any
 import torch
 
 from rlpost.errors import ConfigError
+from rlpost.ranks import is_main
+from rlpost.rundir import write_atomic
 
 FORMAT = 1
 TERM_PREFIX = "term/"
@@ -108,19 +110,31 @@ class ReplayWriter:
             }
             row.update({TERM_PREFIX + name: float(v) for name, v in zip(names, terms[i].tolist())})
             rows.append(row)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        if trainer.accelerator.is_main_process and not (self.folder / "meta.json").exists():
-            self._write_meta(trainer)
+        self.write_meta(self.meta(trainer))
+        self.write_rows(rows, version, trainer.accelerator.process_index)
+
+    def write_rows(self, rows: list[dict[str, Any]], version: int, rank: int) -> Path:
+        """``step-<version>-rank<rank>.parquet``: each process writes its own file (rlpost/ranks.py)."""
         import pandas as pd
 
-        name = f"step-{version:06d}-rank{trainer.accelerator.process_index}.parquet"
-        tmp = self.folder / f".{name}.tmp"
+        self.folder.mkdir(parents=True, exist_ok=True)
+        path = self.folder / f"step-{version:06d}-rank{rank}.parquet"
+        tmp = self.folder / f".{path.name}.tmp"
         pd.DataFrame(rows).to_parquet(tmp, index=False)
-        os.replace(tmp, self.folder / name)
+        os.replace(tmp, path)
+        return path
 
-    def _write_meta(self, trainer) -> None:
+    def write_meta(self, meta: dict[str, Any]) -> None:
+        """``meta.json``, once per replay, by the main process only (rlpost/ranks.py)."""
+        path = self.folder / "meta.json"
+        if is_main() and not path.exists():
+            self.folder.mkdir(parents=True, exist_ok=True)
+            write_atomic(path, json.dumps(meta, indent=2) + "\n")
+
+    @staticmethod
+    def meta(trainer) -> dict[str, Any]:
         tokenizer = trainer.processing_class
-        meta = {
+        return {
             "format": FORMAT,
             "tokenizer": getattr(tokenizer, "name_or_path", ""),
             "tokenizer_sha256": tokenizer_fingerprint(tokenizer),
@@ -130,7 +144,6 @@ class ReplayWriter:
             "model": trainer.run.model.name,
             "algorithm": trainer.run.algorithm.name,
         }
-        (self.folder / "meta.json").write_text(json.dumps(meta, indent=2) + "\n")
 
 
 # ---- reading (algorithm=regen) -------------------------------------------------------------

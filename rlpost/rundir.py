@@ -3,7 +3,9 @@
     <run>/config.yaml  overrides.yaml  metrics.jsonl  samples.jsonl  events.jsonl  checkpoints/  plots/*.png  summary.json
 
 Files are appended line by line (jsonl) or written to a temp file and renamed, so a crash never
-leaves a half-written summary or config.
+leaves a half-written summary or config. With several processes the main one alone writes them
+(rlpost/ranks.py). A run directory removed while the run goes on stops the run with one line
+(``RunStopped``) instead of a traceback or a silently recreated folder.
 """
 
 from __future__ import annotations
@@ -11,22 +13,34 @@ from __future__ import annotations
 import json
 import math
 import os
+import shutil
 import tempfile
 import threading
+from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
 from omegaconf import OmegaConf
 
+from rlpost.errors import RunStopped
+from rlpost.ranks import is_main
+
+# what one attempt at a run logs; a fresh start clears an earlier attempt's (``clear_attempt``)
+ATTEMPT_FILES = ("metrics.jsonl", "samples.jsonl", "events.jsonl", "summary.json", "eval_before.json")
+ATTEMPT_FOLDERS = ("plots", "rollouts", "tensorboard")
+
 
 class RunDirectory:
     """The run's files. In a multi-process launch every rank computes the same summary and metrics;
-    only rank 0 (``RANK`` unset or 0) writes them, so two ranks never race on one file."""
+    only the main process writes them (rlpost/ranks.py), so two ranks never race on one file."""
 
     def __init__(self, path: str | os.PathLike):
         self.path = Path(path)
         self.path.mkdir(parents=True, exist_ok=True)
-        self.writes = int(os.environ.get("RANK", "0")) == 0
+
+    @property
+    def writes(self) -> bool:
+        return is_main()
 
     @property
     def checkpoints(self) -> Path:
@@ -64,21 +78,57 @@ class RunDirectory:
             if len(kept) != len(rows):
                 write_atomic(path, "".join(json.dumps(row, default=_json_default) + "\n" for row in kept))
 
+    def clear_attempt(self) -> list[str]:
+        """A fresh start: remove what an earlier attempt in this directory logged (a launch killed
+        before its first checkpoint), so no row shows twice. Returns the names removed."""
+        if not self.writes:
+            return []
+        removed = [name for name in ATTEMPT_FILES if (self.path / name).is_file()]
+        for name in removed:
+            (self.path / name).unlink()
+        for name in ATTEMPT_FOLDERS:
+            if (self.path / name).is_dir():
+                shutil.rmtree(self.path / name)
+                removed.append(f"{name}/")
+        return removed
+
     def append_metrics(self, row: dict[str, Any]) -> None:
         if self.writes:
-            append_jsonl(self.metrics_file, [row])
+            with self._present():
+                append_jsonl(self.metrics_file, [row])
 
     def append_samples(self, rows: list[dict[str, Any]]) -> None:
-        append_jsonl(self.samples_file, rows)
+        if self.writes:
+            with self._present():
+                append_jsonl(self.samples_file, rows)
 
     def append_event(self, row: dict[str, Any]) -> None:
         """One line of events.jsonl: a safety event (rollback, skipped step, LoRA merge)."""
         if self.writes:
-            append_jsonl(self.path / "events.jsonl", [row])
+            with self._present():
+                append_jsonl(self.path / "events.jsonl", [row])
 
     def write_summary(self, summary: dict[str, Any]) -> None:
+        self.write_json("summary.json", summary)
+
+    def write_json(self, name: str, value: Any) -> None:
+        """``<run>/<name>`` as indented JSON, atomically, by the main process (summary.json, eval_before.json)."""
         if self.writes:
-            write_atomic(self.path / "summary.json", json.dumps(summary, indent=2, default=_json_default) + "\n")
+            with self._present():
+                write_atomic(self.path / name, json.dumps(value, indent=2, default=_json_default) + "\n")
+
+    @contextmanager
+    def _present(self):
+        """A write into a run directory that was removed mid-run stops the run with one line."""
+        try:
+            yield
+        except FileNotFoundError:
+            if self.path.is_dir():
+                raise
+            raise RunStopped(
+                f"the run directory {self.path} was removed while the run was going, so the run stops "
+                "(its checkpoints went with it; start again, or put it back and rerun with resume=auto)."
+            ) from None
 
     def read_metrics(self) -> list[dict[str, Any]]:
         return read_jsonl(self.metrics_file)

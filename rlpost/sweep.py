@@ -175,16 +175,19 @@ def summarize_sweep(
 def write_sweep_files(
     sweep_dir: Path, out_dir: Path, metrics: list[str], minimize: list[str], plot_keys: list[str], smooth: int = 1
 ) -> dict[str, Any]:
-    """sweep_summary.md/.csv and plots/sweep.png for a sweep; returns the table and paths."""
+    """sweep_summary.md/.csv and plots/sweep.png for a sweep; returns the table and paths.
+    Every caller gets the table; the main process alone writes the files (rlpost/ranks.py)."""
     from rlpost.plots import plot_curves
+    from rlpost.ranks import is_main
     from rlpost.rundir import write_atomic
 
     jobs = load_jobs(sweep_dir)
     header, rows = summary_rows(jobs, metrics, minimize)
     common, labels = split_overrides(jobs)
-    out_dir.mkdir(parents=True, exist_ok=True)
-    write_atomic(out_dir / "sweep_summary.md", to_markdown(header, rows, common))
-    write_atomic(out_dir / "sweep_summary.csv", to_csv(header, rows))
+    if is_main():
+        out_dir.mkdir(parents=True, exist_ok=True)
+        write_atomic(out_dir / "sweep_summary.md", to_markdown(header, rows, common))
+        write_atomic(out_dir / "sweep_summary.csv", to_csv(header, rows))
     runs = {f"{j.name}: {labels[j.name]}": j.rows for j in jobs}
     plot = (
         plot_curves(runs, out_dir / "plots" / "sweep.png", tuple(plot_keys), smooth) if jobs and jobs[0].rows else None

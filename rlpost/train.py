@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
+import sys
 import time
 from pathlib import Path
 from typing import Any
@@ -15,7 +15,7 @@ from trl import GRPOConfig
 from rlpost.algorithms import trainer_class
 from rlpost.build import BuiltRun, build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
-from rlpost.checkpoints import checkpoint_to_load, remove_stale_staging
+from rlpost.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_stale_staging, skipped_checkpoints
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.eval_callback import PeriodicEvalCallback
@@ -24,9 +24,10 @@ from rlpost.launch.deepspeed import gathered_parameters, write_deepspeed_config
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.preemption import PreemptionCallback
+from rlpost.ranks import is_main, on_main, write_folder
 from rlpost.replay import ReplayWriter
 from rlpost.rewards.guard import guard_rewards
-from rlpost.rundir import RunDirectory, write_atomic
+from rlpost.rundir import RunDirectory
 from rlpost.secrets import install_log_redaction
 
 
@@ -35,24 +36,25 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     run = build_run(cfg)  # every config error is raised here, before any model loads
     train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
     _check_eval_columns(run, eval_set)
+    _check_resume(run.settings.resume)
     rundir = RunDirectory(run_dir)
     install_log_redaction()  # secrets never reach a log record (rlpost/secrets.py)
-    rundir.write_config(cfg, overrides or [])
-    write_deepspeed_config(run.hardware, rundir.path)  # scale-out: <run>/deepspeed.json when ZeRO (rlpost/launch/)
-    remove_stale_staging(rundir.checkpoints)  # a save killed half-way (rlpost/checkpoints.py)
-    resume_from = _resume_checkpoint(run, rundir)
+    if is_main():  # before the training arguments read it; the launching parent wrote the same file
+        write_deepspeed_config(run.hardware, rundir.path)  # scale-out: <run>/deepspeed.json (rlpost/launch/)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
     _configure_wandb(run, rundir)
 
     tokenizer = load_tokenizer(run.model)
     model = load_model(run.model)
+    args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))  # starts the process group
+    resume_from = _start_attempt(run, rundir)  # from here on, one writer per path (rlpost/ranks.py)
+    rundir.write_config(cfg, overrides or [])
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
         summary["before"] = _evaluate_before(run, rundir, model, tokenizer, eval_set, resumed=resume_from is not None)
         if resume_from is None:  # eval curves start at step 0 (a resumed run has that row already)
             rundir.append_metrics({"step": 0, **summary["before"]})
 
-    args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))
     preemption = PreemptionCallback()
     callbacks = [MetricsFileCallback(rundir), preemption]
     if run.settings.logging.progress:
@@ -91,7 +93,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
         summary.update(preempted=preemption.received, checkpoint=checkpoint, steps=trainer.state.global_step)
         rundir.write_summary(summary)
         return summary
-    _save_final(trainer, rundir.checkpoints / "final")
+    _save_final(trainer, rundir.checkpoints)
 
     summary.update(
         steps=trainer.state.global_step,
@@ -143,17 +145,38 @@ def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> d
     )
 
 
-def _resume_checkpoint(run: BuiltRun, rundir: RunDirectory) -> str | None:
-    """The complete checkpoint to continue from (rlpost/checkpoints.py); what a killed launch logged
-    after it is dropped from metrics.jsonl / samples.jsonl."""
-    resume = run.settings.resume
+def _check_resume(resume: str | None) -> None:
     if resume not in (None, "auto") and not Path(resume).is_dir():
         raise ConfigError(f"resume={resume!r} is neither a run directory nor a checkpoint folder (or use resume=auto).")
+
+
+def _start_attempt(run: BuiltRun, rundir: RunDirectory) -> str | None:
+    """The complete checkpoint to continue from (rlpost/checkpoints.py), or None for a fresh start.
+
+    Resuming drops what a killed launch logged after that checkpoint from metrics.jsonl and
+    samples.jsonl; a fresh start clears everything an earlier attempt in this run directory logged
+    (a launch killed before its first checkpoint), so no row, plot or tracker event shows twice.
+    """
+    resume = run.settings.resume
+    on_main(lambda: remove_stale_staging(rundir.checkpoints))  # a save killed half-way
     checkpoint = checkpoint_to_load(resume, rundir.checkpoints)
-    if checkpoint is not None:
-        step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
-        rundir.truncate_after(step)
+    if is_main():
+        for line in skipped_checkpoints(rundir.checkpoints) if resume is not None else []:
+            print(f"rlpost: resume={resume}: {line}", file=sys.stderr)
+    if checkpoint is None:
+        on_main(lambda: _report_cleared(rundir.clear_attempt(), rundir))
+        return None
+    step = json.loads((Path(checkpoint) / "trainer_state.json").read_text())["global_step"]
+    on_main(lambda: rundir.truncate_after(step))
     return checkpoint
+
+
+def _report_cleared(cleared: list[str], rundir: RunDirectory) -> None:
+    if cleared:
+        print(
+            f"rlpost: starting fresh in {rundir.path}: removed {', '.join(cleared)} of an earlier attempt",
+            file=sys.stderr,
+        )
 
 
 def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, eval_set, resumed: bool) -> dict:
@@ -162,21 +185,18 @@ def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, eval
     if resumed and stored.is_file():
         return json.loads(stored.read_text())
     result = _evaluate(run, model, tokenizer, eval_set)
-    write_atomic(stored, json.dumps(result, default=float))
+    rundir.write_json(stored.name, result)
     return result
 
 
-def _save_final(trainer, final: Path) -> None:
-    """``checkpoints/final`` written to a temporary folder and renamed (a kill never leaves half of it)."""
-    tmp, old = final.with_name(".tmp-final"), final.with_name(".tmp-old-final")
-    for path in (tmp, old):
-        shutil.rmtree(path, ignore_errors=True)
-    trainer.save_model(str(tmp))
-    if trainer.accelerator.is_main_process:
-        if final.exists():
-            os.rename(final, old)
-        os.rename(tmp, final)
-        shutil.rmtree(old, ignore_errors=True)
+def _save_final(trainer, checkpoints: Path) -> None:
+    """``checkpoints/final``, written by every rank into a staging folder and renamed into place by the
+    main process (rlpost/ranks.py): a kill or a full disk never leaves half of it, nor removes the last
+    complete checkpoint."""
+    try:
+        write_folder(checkpoints / "final", lambda staging: trainer.save_model(str(staging)))
+    except OSError as err:
+        raise CheckpointWriteError("final", checkpoints, err) from err
 
 
 def _configure_wandb(run: BuiltRun, rundir: RunDirectory) -> None:

@@ -10,42 +10,39 @@ Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer an
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from transformers.trainer_utils import rotate_checkpoints
 
-from rlpost.checkpoints import (
-    CheckpointWriteError,
-    load_generation_buffer,
-    publish,
-    save_generation_buffer,
-    staging_root,
-    staging_root_path,
-)
+from rlpost.checkpoints import CheckpointWriteError, load_generation_buffer, save_generation_buffer
+from rlpost.ranks import on_main, write_folder
 from rlpost.state import load_component_state, save_component_state
 
 
 class CheckpointSeams:
     """Mixin for ``RLPostTrainer(..., CheckpointSeams, GRPOTrainer)``; uses the trainer's ``run``."""
 
-    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed (rlpost/checkpoints.py)
+    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed, one writer per path (rlpost/ranks.py)
     def _save_checkpoint(self, model, trial):
         root, step = super()._get_output_dir(trial=trial), self.state.global_step
-        if self.accelerator.is_main_process:
-            staging_root(root, step)  # fresh, a stale one from a killed save removed
-        self.accelerator.wait_for_everyone()
-        self._checkpoint_staging = staging_root_path(root, step)
-        try:
-            super()._save_checkpoint(model, trial)  # writes <staging>/checkpoint-N (via _get_output_dir)
+
+        def write(staging: Path) -> Path:
+            self._checkpoint_staging = str(staging)
+            try:
+                super(CheckpointSeams, self)._save_checkpoint(model, trial)  # fills <staging>/checkpoint-N
+            finally:
+                self._checkpoint_staging = None
+            folder = staging / f"checkpoint-{step}"
             if self.args.should_save:
-                save_component_state(self.run.named_components(), f"{self._checkpoint_staging}/checkpoint-{step}")
-            save_generation_buffer(self, f"{self._checkpoint_staging}/checkpoint-{step}")
-        except OSError as err:  # a full disk, a quota, a vanished mount: say so, the last checkpoint is intact
+                save_component_state(self.run.named_components(), folder)
+            save_generation_buffer(self, folder)  # one file per rank
+            return folder
+
+        try:
+            write_folder(Path(root) / f"checkpoint-{step}", write)
+            on_main(lambda: rotate_checkpoints(root, self.args.save_total_limit, self.state.best_model_checkpoint))
+        except OSError as err:  # a full disk, a read-only folder, a vanished run directory: the last one is intact
             raise CheckpointWriteError(step, root, err) from err
-        finally:
-            staging, self._checkpoint_staging = self._checkpoint_staging, None
-        self.accelerator.wait_for_everyone()  # every rank's RNG file is in before the rename
-        if self.args.should_save:
-            publish(staging, root, step)
-            rotate_checkpoints(root, self.args.save_total_limit, self.state.best_model_checkpoint)
 
     def _get_output_dir(self, trial):
         staging = getattr(self, "_checkpoint_staging", None)

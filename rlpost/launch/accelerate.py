@@ -16,17 +16,23 @@ code path serves single-node, multi-node, CPU and GPU runs.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import shlex
+import signal
 import subprocess
 import sys
 import time
 from pathlib import Path
 from typing import Any
 
+from rlpost.errors import EXIT_PREEMPTED
 from rlpost.launch.deepspeed import write_deepspeed_config
 
 MARKER = "RLPOST_LAUNCHED"  # set in the children: they run the job instead of launching again
+AGENT_SIGNALS = "TORCHELASTIC_SIGNALS_TO_HANDLE"  # what torchrun's agent turns into killing its workers
+STOP_SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
 def should_relaunch(hardware: Any) -> bool:
@@ -77,4 +83,51 @@ def relaunch(hardware: Any, overrides: list[str]) -> int:
         f"#!/bin/sh\n# written by rlpost train (hardware={hardware.name})\n{line}\n"
     )
     print(f"rlpost: launching {hardware.num_processes} processes: {line}", file=sys.stderr, flush=True)
-    return subprocess.call(cmd, env={**os.environ, MARKER: "1"})
+    started = time.time()
+    code = run_forwarding_signals(cmd, {**os.environ, MARKER: "1", AGENT_SIGNALS: "SIGHUP,SIGQUIT"})
+    return EXIT_PREEMPTED if code != 0 and preempted_since(run_dir, started) else code
+
+
+def run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
+    """Run the launcher in a process group of its own; SIGTERM/SIGINT sent to this process go to
+    every process of that group (the launcher and the training processes).
+
+    The launcher ignores both signals (inherited SIG_IGN, and ``TORCHELASTIC_SIGNALS_TO_HANDLE``
+    leaves them out), so it neither dies nor kills the training processes after its 30 s grace:
+    each training process finishes its step, saves one checkpoint with the others and exits
+    (rlpost/preemption.py; rlpost/cli.py restores the default handlers until training starts).
+    """
+    child = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_ignore_stop_signals)
+
+    def forward(signum, frame):
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(child.pid, signum)
+
+    previous = {sig: signal.signal(sig, forward) for sig in STOP_SIGNALS}
+    try:
+        return child.wait()
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
+
+
+def _ignore_stop_signals() -> None:
+    for sig in STOP_SIGNALS:
+        signal.signal(sig, signal.SIG_IGN)
+
+
+def restore_stop_signals() -> None:
+    """In a launched training process: SIGTERM/SIGINT stop it again (its launcher made them ignored)
+    until the trainer installs its save-and-stop handler (rlpost/preemption.py)."""
+    if os.environ.get(MARKER):
+        for sig in STOP_SIGNALS:
+            signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler)
+
+
+def preempted_since(run_dir: str | Path, started: float) -> bool:
+    """The training processes of this launch saved a checkpoint and stopped on a signal (summary.json)."""
+    summary = Path(run_dir) / "summary.json"
+    try:
+        return summary.stat().st_mtime >= started and bool(json.loads(summary.read_text()).get("preempted"))
+    except (OSError, ValueError):
+        return False

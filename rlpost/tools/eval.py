@@ -21,6 +21,8 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.errors import ConfigError
+from rlpost.ranks import is_main
+from rlpost.rundir import write_atomic
 from rlpost.tools.app import Tool
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
 from rlpost.tools.runref import apply_run
@@ -110,10 +112,11 @@ def print_table(title: str, results: dict[str, Any]) -> None:
 def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
     results = evaluate_policy(s)
     out = Path(s.out) if s.out else Path(output_dir) / "eval.json"
-    out.parent.mkdir(parents=True, exist_ok=True)
     size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts"))
     record = {**describe(s), "size": size, "samples": s.samples, "overrides": overrides, "results": results}
-    out.write_text(json.dumps(record, indent=2) + "\n")
+    if is_main():  # one writer per path (rlpost/ranks.py)
+        out.parent.mkdir(parents=True, exist_ok=True)
+        write_atomic(out, json.dumps(record, indent=2) + "\n")
     print_table(f"{s.model.display_name} on {record['data']} ({s.split}, {size} prompts)", results)
     print(f"results: {out}")
     return 0
