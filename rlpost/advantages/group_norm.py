@@ -27,11 +27,12 @@ Choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.schema import Range
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
@@ -53,7 +54,7 @@ class GroupNorm:
     class Config:
         scale: Literal["group", "batch", "none"] = "group"  # divide by the group std, batch std, or not at all
         leave_one_out: bool = False  # RLOO baseline: mean of the other G-1 rewards of the group
-        eps: float = 1e-4  # added to the std before dividing (TRL: 1e-4)
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing (TRL: 1e-4)
 
         def __post_init__(self) -> None:
             if self.scale not in ("group", "batch", "none"):

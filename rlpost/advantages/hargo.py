@@ -30,13 +30,14 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @ADVANTAGES.register("hargo")
@@ -47,13 +48,12 @@ class HARGO:
 
     @dataclass(frozen=True)
     class Config:
-        confidence_source: Literal["rollout", "ref"] = (
-            "rollout"  # log-probs of the rollout policy or the reference model
-        )
-        reward_range: float = 1.0  # reward contrast that counts as full discrimination (D = 1)
-        temperature: float = 1.0  # softmax temperature of the per-response weights
+        # log-probs of the rollout policy or the reference model
+        confidence_source: Literal["rollout", "ref"] = "rollout"
+        reward_range: Annotated[float, Range(gt=0)] = 1.0  # reward contrast that counts as full discrimination (D = 1)
+        temperature: Annotated[float, Range(gt=0)] = 1.0  # softmax temperature of the per-response weights
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
-        eps: float = 1e-4  # base advantage: added to the std
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std
 
         def __post_init__(self) -> None:
             if self.confidence_source not in ("rollout", "ref"):

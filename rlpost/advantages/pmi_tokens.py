@@ -31,12 +31,13 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
+from rlpost.schema import Range
 
 
 def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -69,12 +70,12 @@ class PMITokens:
 
     @dataclass(frozen=True)
     class Config:
-        strength: float = 1.0  # lam at full ramp: exponent of the PMI weight (0 = GRPO)
-        ramp_steps: int = 10  # generation batches to reach full strength (0 = from the start)
-        smoothing: float = 1.0  # additive (Laplace) smoothing of the token counts
-        clip: float = 2.0  # |PMI| cap before the weight is formed
+        strength: Annotated[float, Range(ge=0)] = 1.0  # lam at full ramp: exponent of the PMI weight (0 = GRPO)
+        ramp_steps: Annotated[int, Range(ge=0)] = 10  # generation batches to reach full strength (0 = from the start)
+        smoothing: Annotated[float, Range(ge=0)] = 1.0  # additive (Laplace) smoothing of the token counts
+        clip: Annotated[float, Range(gt=0)] = 2.0  # |PMI| cap before the weight is formed
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
-        eps: float = 1e-4  # base advantage: added to the std
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std
 
         def __post_init__(self) -> None:
             if self.strength < 0 or self.ramp_steps < 0 or self.smoothing < 0 or self.clip <= 0:

@@ -25,7 +25,7 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -34,6 +34,7 @@ from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import compile_span, require_text, span_mask
 from rlpost.advantages.term_advantage import term_advantages
 from rlpost.combine.grouped import term_index
+from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
@@ -54,7 +55,7 @@ class Routed:
         routes: list[Route] = field(default_factory=lambda: [Route("math_answer", "all")])  # (term, span) pairs
         unrouted: Literal["combined", "zero"] = "combined"  # advantage of tokens in no route's span
         scale: Literal["group", "batch", "none"] = "group"  # per-term advantage: group_norm's std scaling
-        eps: float = 1e-4  # added to the std before dividing
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing
 
         def __post_init__(self) -> None:
             if not self.routes:

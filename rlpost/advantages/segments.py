@@ -26,7 +26,7 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -36,6 +36,7 @@ from rlpost.advantages.spans import require_text, stage_index
 from rlpost.advantages.term_advantage import term_advantages
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
@@ -56,10 +57,10 @@ class Segments:
         stages: list[str] = field(default_factory=lambda: ["<think>", "<answer>"])  # stage marker strings
         local: list[StageTerm] = field(default_factory=list)  # (stage, term): local quality terms
         global_terms: list[str] | None = None  # coherence terms; null = every term not used in local
-        global_weight: float = 1.0  # weight of the global advantage
-        local_weight: float = 1.0  # weight of a stage's local advantage
+        global_weight: Annotated[float, Range(ge=0)] = 1.0  # weight of the global advantage
+        local_weight: Annotated[float, Range(ge=0)] = 1.0  # weight of a stage's local advantage
         scale: Literal["group", "batch", "none"] = "group"  # group_norm's std scaling of every part
-        eps: float = 1e-4  # added to the std before dividing
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing
 
         def __post_init__(self) -> None:
             if not self.stages or any(not s for s in self.stages):

@@ -28,7 +28,7 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -36,6 +36,7 @@ from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.combine.grouped import term_index
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @ADVANTAGES.register("tiar")
@@ -48,10 +49,10 @@ class TIAR:
     class Config:
         term: str = "ternary_abstention"  # the reward term holding the ternary reward
         confidence: Literal["correct_frac", "answered_accuracy"] = "correct_frac"  # how c_g is read from the group
-        unsure: float = 0.5  # abstention reward when the group is never correct (c = 0)
-        sure: float = -0.5  # abstention reward when the group is always correct (c = 1)
+        unsure: Annotated[float, Range()] = 0.5  # abstention reward when the group is never correct (c = 0)
+        sure: Annotated[float, Range()] = -0.5  # abstention reward when the group is always correct (c = 1)
         scale: Literal["group", "batch", "none"] = "group"  # group_norm's std scaling
-        eps: float = 1e-4  # added to the std
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std
 
         def __post_init__(self) -> None:
             if self.confidence not in ("correct_frac", "answered_accuracy"):

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import copy
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 from torch import nn
 
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
@@ -44,9 +45,11 @@ class CriticConfig:
     """``algorithm.critic``: present = PPO (a critic is built and the trainer is algorithms.ppo.PPOTrainer)."""
 
     kind: Literal["head", "model"] = "head"  # value head on the policy backbone, or a separate critic model
-    learning_rate: float | None = None  # AdamW learning rate of the critic's parameters (null = train.learning_rate)
-    value_coef: float = 0.1  # weight of the value loss added to the policy loss
-    value_clip: float | None = 0.2  # clip V - V_old to this range in the value loss (null = unclipped)
+    # AdamW learning rate of the critic's parameters (null = train.learning_rate)
+    learning_rate: Annotated[float | None, Range(gt=0)] = None
+    value_coef: Annotated[float, Range(gt=0)] = 0.1  # weight of the value loss added to the policy loss
+    # clip V - V_old to this range in the value loss (null = unclipped)
+    value_clip: Annotated[float | None, Range(gt=0)] = 0.2
 
     def __post_init__(self) -> None:
         if self.kind not in ("head", "model"):

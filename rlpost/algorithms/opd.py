@@ -26,13 +26,14 @@ Logged: ``opd/reverse_kl`` (masked mean Delta), ``opd/teacher_logp``, ``opd/stud
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.model_options import load_frozen, named_model_config
+from rlpost.schema import Range
 
 TEACHER_KEY = "rlpost_teacher_logps"
 
@@ -65,10 +66,11 @@ class OnPolicyDistillation:
     class Config:
         teacher_model: str = "smollm2-135m"  # a conf/model option
         teacher_overrides: dict[str, Any] | None = None  # ModelConfig fields changed on the teacher
-        coef: float = 1.0  # weight of the reverse-KL advantage
-        reward_weight: float = 0.0  # weight of the reward's group advantage (0 = pure distillation)
-        epsilon_low: float = 0.2  # PPO clip below 1
-        epsilon_high: float = 0.2  # PPO clip above 1
+        coef: Annotated[float, Range(ge=0)] = 1.0  # weight of the reverse-KL advantage
+        # weight of the reward's group advantage (0 = pure distillation)
+        reward_weight: Annotated[float, Range(ge=0)] = 0.0
+        epsilon_low: Annotated[float, Range(ge=0, lt=1)] = 0.2  # PPO clip below 1
+        epsilon_high: Annotated[float, Range(ge=0)] = 0.2  # PPO clip above 1
 
         def __post_init__(self):
             if self.coef < 0 or self.reward_weight < 0:

@@ -26,13 +26,14 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.combine.base import COMBINERS
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 
 @COMBINERS.register("decoupled")
@@ -44,10 +45,10 @@ class Decoupled:
     @dataclass(frozen=True)
     class Config:
         style_terms: list[str] = field(default_factory=list)  # names of the style terms; the rest are task terms
-        task_weight: float = 1.0  # weight of the task part's advantage
-        style_weight: float = 1.0  # weight of the style part's advantage
+        task_weight: Annotated[float, Range(ge=0)] = 1.0  # weight of the task part's advantage
+        style_weight: Annotated[float, Range(ge=0)] = 1.0  # weight of the style part's advantage
         scale: Literal["group", "none"] = "group"  # per-part advantage: divide by the group std, or not
-        eps: float = 1e-4  # added to the std before dividing
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing
 
         def __post_init__(self) -> None:
             if self.scale not in ("group", "none"):

@@ -26,11 +26,13 @@ Logged: ``focal/saturation/<j>`` and ``focal/weight/<j>`` per term (by column in
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Annotated
 
 import torch
 
 from rlpost.combine.base import COMBINERS
 from rlpost.combine.grouped import nan_weighted_sum
+from rlpost.schema import Range
 
 
 @COMBINERS.register("focal")
@@ -39,11 +41,16 @@ class Focal:
 
     @dataclass(frozen=True)
     class Config:
-        gamma: float = 2.0  # focusing exponent on (1 - saturation); 0 = plain weighted sum
-        momentum: float = 0.9  # EMA of the saturation across steps (0 = this batch only)
-        low: list[float] = field(default_factory=lambda: [0.0])  # each term's lowest score (one value = all)
-        high: list[float] = field(default_factory=lambda: [1.0])  # each term's highest score (one value = all)
-        eps: float = 0.05  # floor added to 1 - saturation, so a saturated term keeps some weight
+        gamma: Annotated[float, Range(ge=0)] = 2.0  # focusing exponent on (1 - saturation); 0 = plain weighted sum
+        momentum: Annotated[float, Range(ge=0, lt=1)] = 0.9  # EMA of the saturation across steps (0 = this batch only)
+        low: list[Annotated[float, Range()]] = field(
+            default_factory=lambda: [0.0]
+        )  # each term's lowest score (one value = all)
+        high: list[Annotated[float, Range()]] = field(
+            default_factory=lambda: [1.0]
+        )  # each term's highest score (one value = all)
+        # floor added to 1 - saturation, so a saturated term keeps some weight
+        eps: Annotated[float, Range(ge=0)] = 0.05
 
         def __post_init__(self):
             if self.gamma < 0 or not 0.0 <= self.momentum < 1.0 or self.eps < 0:

@@ -30,12 +30,13 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.combine.base import COMBINERS
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
+from rlpost.schema import Range
 
 
 @COMBINERS.register("odrpo")
@@ -47,11 +48,11 @@ class ODRPO:
     @dataclass(frozen=True)
     class Config:
         term: str | None = None  # reward term holding the discrete score; null = weighted sum of all terms
-        min_score: int = 1  # lowest score level
-        max_score: int = 10  # highest score level: thresholds min_score+1 .. max_score
+        min_score: Annotated[int, Range()] = 1  # lowest score level
+        max_score: Annotated[int, Range()] = 10  # highest score level: thresholds min_score+1 .. max_score
         reduce: Literal["sum", "mean"] = "sum"  # accumulate the per-threshold advantages, or average them
         scale: Literal["group", "none"] = "group"  # per-threshold advantage: divide by the group std, or not
-        eps: float = 1e-4  # added to the std before dividing
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing
 
         def __post_init__(self) -> None:
             if self.max_score <= self.min_score:

@@ -39,11 +39,12 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.combine.base import COMBINERS
+from rlpost.schema import Range
 
 
 def quantiles(x: torch.Tensor) -> torch.Tensor:
@@ -77,8 +78,9 @@ class RDPO:
     class Config:
         magnitude: Literal["range", "none"] = "range"  # scale quantiles by the group's range / the batch's range
         covariance: Literal["batch", "group"] = "batch"  # whitening covariance: pooled within-group, or per group
-        eps: float = 1e-4  # added to sqrt(eigenvalue) before inverting
-        min_eigenvalue: float = 1e-6  # directions with less variance are outside the active subspace
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to sqrt(eigenvalue) before inverting
+        # directions with less variance are outside the active subspace
+        min_eigenvalue: Annotated[float, Range(ge=0)] = 1e-6
 
         def __post_init__(self) -> None:
             if self.magnitude not in ("range", "none"):

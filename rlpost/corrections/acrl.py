@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
+from rlpost.schema import Range
 
 
 @CORRECTIONS.register("acrl")
@@ -37,12 +39,12 @@ class AdaptiveControl:
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
-        band_low: float = 1.0e-3
-        band_high: float = 1.0e-2
-        tau_init: float = 0.5
-        tau_min: float = 1.0e-3
-        tau_max: float = 5.0
-        gain: float = 0.5
+        band_low: Annotated[float, Range(ge=0)] = 1.0e-3
+        band_high: Annotated[float, Range(gt=0)] = 1.0e-2
+        tau_init: Annotated[float, Range(gt=0)] = 0.5
+        tau_min: Annotated[float, Range(gt=0)] = 1.0e-3
+        tau_max: Annotated[float, Range(gt=0)] = 5.0
+        gain: Annotated[float, Range(gt=0)] = 0.5
 
         def __post_init__(self):
             if not 0 <= self.band_low < self.band_high:

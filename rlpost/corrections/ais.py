@@ -26,10 +26,12 @@ Logged: lambda, rho, severity, phi, the KL estimate and the weight mean/min/max.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, masked_mean, weight_metrics
+from rlpost.schema import Range
 
 EPS = 1e-12
 
@@ -66,8 +68,8 @@ class AdaptiveIS:
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
-        cap: float = 2.0
-        kl_scale: float = 1.0e-3
+        cap: Annotated[float, Range(gt=0)] = 2.0
+        kl_scale: Annotated[float, Range(gt=0)] = 1.0e-3
 
         def __post_init__(self):
             if self.cap <= 0 or self.kl_scale <= 0:

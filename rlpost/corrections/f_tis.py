@@ -25,13 +25,14 @@ the same for the peer's samples alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
 from rlpost.errors import ConfigError
 from rlpost.model_options import named_model_config
+from rlpost.schema import Range
 
 
 def sample_kl(x: CorrectionInputs) -> torch.Tensor:
@@ -47,12 +48,12 @@ class FilteredTruncatedIS:
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
-        cap: float = 2.0
-        max_kl: float = 0.5
+        cap: Annotated[float, Range(gt=0)] = 2.0
+        max_kl: Annotated[float, Range(ge=0)] = 0.5
         filter: Literal["all", "negative"] = "all"
         peer_model: str | None = None
         peer_overrides: dict[str, Any] | None = None
-        peer_per_group: int = 1
+        peer_per_group: Annotated[int, Range(ge=1)] = 1
 
         def __post_init__(self):
             if self.cap <= 0 or self.max_kl < 0:

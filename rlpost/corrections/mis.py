@@ -12,12 +12,13 @@ mean/min/max and the masked fraction.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
 from rlpost.corrections.tis import importance_ratio
+from rlpost.schema import Range
 
 
 @CORRECTIONS.register("mis")
@@ -27,8 +28,8 @@ class MaskedIS:
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
         level: Literal["token", "sequence"] = "token"
-        low: float = 0.5
-        high: float = 2.0
+        low: Annotated[float, Range(ge=0)] = 0.5
+        high: Annotated[float, Range(gt=0)] = 2.0
 
         def __post_init__(self):
             if not 0 <= self.low < self.high:

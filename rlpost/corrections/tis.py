@@ -15,7 +15,7 @@ sequence ratio is the plain product over counted tokens, not a length-normalized
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
@@ -27,6 +27,7 @@ from rlpost.corrections.base import (
     sequence_log_ratio,
     weight_metrics,
 )
+from rlpost.schema import Range
 
 
 def importance_ratio(x: CorrectionInputs, level: str) -> torch.Tensor:
@@ -42,7 +43,7 @@ class TruncatedIS:
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
         level: Literal["token", "sequence"] = "token"
-        cap: float = 2.0
+        cap: Annotated[float, Range(gt=0)] = 2.0
 
         def __post_init__(self):
             if self.cap <= 0:

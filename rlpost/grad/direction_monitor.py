@@ -32,7 +32,7 @@ Metrics (logged as ``grad/<key>``), over matrices: ``direction/change_mean``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -40,6 +40,7 @@ from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.grad.subspace import Reference, SubspaceSettings, directional_change, kept_energy, tracked_top_singular
 from rlpost.grad.trusted_projection import check_compatible, no_gradients_message
+from rlpost.schema import Range
 
 
 @GRAD_TRANSFORMS.register("direction_monitor")
@@ -51,7 +52,7 @@ class DirectionMonitor:
     @dataclass(frozen=True)
     class Config(SubspaceSettings):
         update: Literal["cumulative", "step", "grad"] = "cumulative"  # W - W_start | W - W_prev | gradient
-        every: int = 1  # measure every N steps
+        every: Annotated[int, Range(ge=1)] = 1  # measure every N steps
 
         def __post_init__(self) -> None:
             super().__post_init__()

@@ -33,18 +33,36 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import warnings
+import zipfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.errors import ConfigError
+from rlpost.schema import PathSpec, Range, path_kind, require_file
 
 FORMAT = "rlpost-subspace-v1"
+
+
+@path_kind("subspace_file", "source=file: a subspace file written by `rlpost subspace`")
+def check_subspace_file(path: str, key: str, cfg: Any) -> None:
+    """An existing file in ``torch.save``'s zip format (read only when the run starts)."""
+    if getattr(cfg, "source", "file") != "file":
+        return
+    try:
+        require_file(path, key)
+    except ConfigError as err:
+        raise ConfigError(f"{str(err).rstrip('.')} (build one with `rlpost subspace`).") from None
+    if not zipfile.is_zipfile(os.path.expanduser(path)):
+        raise ConfigError(f"{key}={path!r} is not a subspace file (build one with `rlpost subspace`).")
+
+
 RTOL = 1e-4  # singular values <= RTOL * S_1 are numerical zeros
 OVERSAMPLE = 8  # extra columns of the randomized range finder
 SVD_SEED = 1234  # the randomized SVD's private generator
@@ -56,15 +74,17 @@ class SubspaceSettings:
     """Where the reference comes from and how it is cut (shared by trusted_projection and direction_monitor)."""
 
     source: Literal["file", "warmup"] = "warmup"  # a saved subspace, or the first warmup_steps of this run
-    path: str | None = None  # the subspace file (source=file), from `rlpost subspace`
-    warmup_steps: int = 4  # source=warmup: ΔW = W[step K] - W[step 0]
-    rank: int = 8  # top-k singular directions per matrix (the cap when energy is set)
-    energy: float | None = None  # keep the smallest k with sum S_i^2 >= energy * ||ΔW||_F^2
+    # the subspace file (source=file), from `rlpost subspace`
+    path: Annotated[str | None, PathSpec("subspace_file")] = None
+    warmup_steps: Annotated[int, Range(ge=1)] = 4  # source=warmup: ΔW = W[step K] - W[step 0]
+    rank: Annotated[int, Range(ge=1)] = 8  # top-k singular directions per matrix (the cap when energy is set)
+    # keep the smallest k with sum S_i^2 >= energy * ||ΔW||_F^2
+    energy: Annotated[float | None, Range(gt=0, le=1)] = None
     side: Literal["left", "right", "both"] = "both"  # U U^T G | G V V^T | U U^T G V V^T
     include: str | None = None  # regex on parameter names (re.search); null = every trainable param
     exclude: str | None = "embed_tokens|lm_head"  # regex of names left untouched; null = none
     svd: Literal["auto", "full", "lowrank"] = "auto"  # exact or randomized SVD
-    niter: int = 2  # power iterations of the randomized SVD
+    niter: Annotated[int, Range(ge=0)] = 2  # power iterations of the randomized SVD
 
     def __post_init__(self) -> None:
         if self.rank < 1:
@@ -77,8 +97,6 @@ class SubspaceSettings:
             raise ValueError(f"niter must be >= 0, got {self.niter}")
         if self.source == "file" and not self.path:
             raise ValueError("source=file needs path=<subspace file> (build one with `rlpost subspace`)")
-        if self.source == "file" and not Path(self.path).is_file():
-            raise ValueError(f"path={self.path!r}: no such file (build one with `rlpost subspace`)")
         for key in ("include", "exclude"):
             try:
                 re.compile(getattr(self, key) or "")

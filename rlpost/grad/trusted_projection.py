@@ -46,13 +46,14 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.grad.subspace import Reference, SubspaceSettings, project_
+from rlpost.schema import Range
 
 
 def check_compatible(hardware: Any, component: str = "trusted_projection") -> None:
@@ -76,7 +77,8 @@ class TrustedProjection:
     @dataclass(frozen=True)
     class Config(SubspaceSettings):
         vectors: Literal["pass", "zero"] = "pass"  # selected 1-D params (norms, biases): unchanged | zero grad
-        strength: float = 1.0  # 1 = full projection; s in (0, 1) removes only s of the out-of-subspace part
+        # 1 = full projection; s in (0, 1) removes only s of the out-of-subspace part
+        strength: Annotated[float, Range(gt=0, le=1)] = 1.0
 
         def __post_init__(self) -> None:
             super().__post_init__()

@@ -39,7 +39,7 @@ from typing import Any, Protocol
 
 from rlpost.errors import ConfigError
 from rlpost.registry import Registry
-from rlpost.schema import build_config, key_path, to_container
+from rlpost.schema import build_config, check_paths, key_path, to_container
 
 logger = logging.getLogger(__name__)
 
@@ -77,7 +77,9 @@ def build_judge(node: Mapping[str, Any] | None, where: str) -> Judge:
         cls = JUDGES.get(backend)
     except ConfigError as err:
         raise ConfigError(f"{key_path(where, 'backend')}: {err}") from None
-    return cls(build_config(cls.Config, node, where))
+    cfg = build_config(cls.Config, node, where)
+    check_paths(cfg, where)  # e.g. a local judge's model.path
+    return cls(cfg)
 
 
 def check_common(cfg: Any) -> None:

@@ -19,10 +19,11 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.judges.base import JUDGES, DiskCache, JudgeBase, check_common, default_cache_path, parse_scale
 from rlpost.models import ModelConfig
+from rlpost.schema import Range
 
 
 @JUDGES.register("local")
@@ -36,9 +37,9 @@ class LocalJudge(JudgeBase):
         model: ModelConfig = field(default_factory=ModelConfig)  # rlpost model config (default SmolLM2)
         mode: Literal["yes_no", "scale"] = "yes_no"  # verdict format (judges/base.py)
         on_failure: Literal["skip", "zero", "abort"] = "skip"  # outcome of a prompt that failed
-        batch_size: int = 8  # judge prompts per forward pass
+        batch_size: Annotated[int, Range(ge=1)] = 8  # judge prompts per forward pass
         sort_by_length: bool = True  # batch prompts of similar length together (less padding), order restored
-        max_new_tokens: int = 4  # reply length in scale mode
+        max_new_tokens: Annotated[int, Range(ge=1)] = 4  # reply length in scale mode
         device: Literal["auto", "cpu", "cuda"] = "auto"  # where the judge model runs
         cache: bool = False  # keep scores on disk
         cache_path: str | None = None  # cache folder (null: $RLPOST_CACHE/judge)

@@ -30,7 +30,7 @@ import urllib.error
 import urllib.request
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import (
@@ -43,6 +43,7 @@ from rlpost.judges.base import (
     parse_yes_no,
     yes_probability,
 )
+from rlpost.schema import Range
 
 
 class Malformed(ValueError):
@@ -62,13 +63,13 @@ class OpenAIJudge(JudgeBase):
         api_key_env: str | None = None  # name of the env var holding the key (null: send no key)
         mode: Literal["yes_no", "scale"] = "yes_no"  # verdict format (judges/base.py)
         on_failure: Literal["skip", "zero", "abort"] = "skip"  # outcome of a prompt that failed
-        max_tokens: int = 4  # reply length limit
-        temperature: float = 0.0  # sampling temperature of the judge
+        max_tokens: Annotated[int, Range(ge=1)] = 4  # reply length limit
+        temperature: Annotated[float, Range(ge=0)] = 0.0  # sampling temperature of the judge
         logprobs: bool = False  # score yes/no from the first token's top log-probs when returned
-        timeout_s: float = 30.0  # per request
-        retries: int = 3  # retries after the first attempt
-        backoff_s: float = 0.5  # delay before retry k+1 is backoff_s * 2**k
-        concurrency: int = 8  # requests in flight at once
+        timeout_s: Annotated[float, Range(gt=0)] = 30.0  # per request
+        retries: Annotated[int, Range(ge=0)] = 3  # retries after the first attempt
+        backoff_s: Annotated[float, Range(ge=0)] = 0.5  # delay before retry k+1 is backoff_s * 2**k
+        concurrency: Annotated[int, Range(ge=1)] = 8  # requests in flight at once
         cache: bool = True  # keep responses on disk
         cache_path: str | None = None  # cache folder (null: $RLPOST_CACHE/judge)
 

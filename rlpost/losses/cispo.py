@@ -24,12 +24,14 @@ Metric ``cispo_clip_ratio``: masked token mean of (r > epsilon_high and A > 0), 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import as_2d
+from rlpost.schema import Range
 
 
 @LOSSES.register("cispo")
@@ -38,7 +40,8 @@ class CISPO:
 
     @dataclass(frozen=True)
     class Config:
-        epsilon_high: float = 5.0  # upper bound of the IS weight (ScaleRL eps_max; TRL's fallback would be 0.2)
+        # upper bound of the IS weight (ScaleRL eps_max; TRL's fallback would be 0.2)
+        epsilon_high: Annotated[float, Range(gt=0)] = 5.0
 
         def __post_init__(self) -> None:
             if self.epsilon_high <= 0:

@@ -28,13 +28,14 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.diagnostics import or_diagnostics
+from rlpost.schema import Range
 
 
 def as_2d(advantages: torch.Tensor) -> torch.Tensor:
@@ -107,10 +108,11 @@ class Clip:
 
     @dataclass(frozen=True)
     class Config:
-        epsilon_low: float = 0.2  # lower clip: ratio >= 1 - epsilon_low
-        epsilon_high: float = 0.2  # upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28)
-        dual_clip: float | None = None  # dual-clip PPO constant c > 1: loss <= -c*A where A < 0
-        ratio_cap: float | None = None  # TRL `delta`: cap the unclipped ratio before the min
+        epsilon_low: Annotated[float, Range(ge=0, lt=1)] = 0.2  # lower clip: ratio >= 1 - epsilon_low
+        # upper clip: ratio <= 1 + epsilon_high (DAPO clip-higher: 0.28)
+        epsilon_high: Annotated[float, Range(ge=0)] = 0.2
+        dual_clip: Annotated[float | None, Range(gt=1)] = None  # dual-clip PPO constant c > 1: loss <= -c*A where A < 0
+        ratio_cap: Annotated[float | None, Range(gt=0)] = None  # TRL `delta`: cap the unclipped ratio before the min
 
         def __post_init__(self) -> None:
             check_clip_fields(self)

@@ -23,11 +23,13 @@ Choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import as_2d, check_clip_fields, clipped_surrogate, describe_clip
+from rlpost.schema import Range
 
 
 def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
@@ -42,10 +44,12 @@ class GSPO:
 
     @dataclass(frozen=True)
     class Config:
-        epsilon_low: float = 3e-4  # lower clip of the sequence ratio: s >= 1 - epsilon_low
-        epsilon_high: float = 4e-4  # upper clip of the sequence ratio: s <= 1 + epsilon_high
-        dual_clip: float | None = None  # dual-clip constant c > 1 for A < 0 (off by default)
-        ratio_cap: float | None = None  # cap the unclipped sequence ratio before the min (off by default)
+        # lower clip of the sequence ratio: s >= 1 - epsilon_low
+        epsilon_low: Annotated[float, Range(ge=0, lt=1)] = 3e-4
+        epsilon_high: Annotated[float, Range(ge=0)] = 4e-4  # upper clip of the sequence ratio: s <= 1 + epsilon_high
+        dual_clip: Annotated[float | None, Range(gt=1)] = None  # dual-clip constant c > 1 for A < 0 (off by default)
+        # cap the unclipped sequence ratio before the min (off by default)
+        ratio_cap: Annotated[float | None, Range(gt=0)] = None
 
         def __post_init__(self) -> None:
             check_clip_fields(self)

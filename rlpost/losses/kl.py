@@ -26,12 +26,13 @@ Choices: ``coef=0`` disables KL (no reference model needed); the reward penalty 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
+from rlpost.schema import Range
 
 Estimator = Literal["k1", "k2", "k3"]
 ESTIMATORS = ("k1", "k2", "k3")
@@ -41,11 +42,10 @@ ESTIMATORS = ("k1", "k2", "k3")
 class KLConfig:
     """KL-to-reference regularization (beta)."""
 
-    coef: float = 0.0  # beta; 0 disables the KL term and the reference model
+    coef: Annotated[float, Range(ge=0)] = 0.0  # beta; 0 disables the KL term and the reference model
     estimator: Estimator = "k3"  # per-token estimator: k1 (log-ratio), k2 (half squared), k3 (TRL's)
-    placement: Literal["loss", "reward", "token"] = (
-        "loss"  # in the per-token loss, the reward, or each token's reward (PPO)
-    )
+    # in the per-token loss, the reward, or each token's reward (PPO)
+    placement: Literal["loss", "reward", "token"] = "loss"
 
     def __post_init__(self) -> None:
         if self.coef < 0:

@@ -39,12 +39,14 @@ Metrics, masked token means over the directed tokens (mask and A != 0; 0.0 when 
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import as_2d
 from rlpost.losses.diagnostics import direction, or_diagnostics
+from rlpost.schema import Range
 
 
 @LOSSES.register("output_reset")
@@ -55,8 +57,10 @@ class OutputReset:
 
     @dataclass(frozen=True)
     class Config:
-        margin_high: float = 0.2  # favourable margin for A > 0: zero residual once log(pi/pi_old) >= margin_high
-        margin_low: float = 0.2  # favourable margin for A < 0: zero residual once log(pi/pi_old) <= -margin_low
+        # favourable margin for A > 0: zero residual once log(pi/pi_old) >= margin_high
+        margin_high: Annotated[float, Range(gt=0)] = 0.2
+        # favourable margin for A < 0: zero residual once log(pi/pi_old) <= -margin_low
+        margin_low: Annotated[float, Range(gt=0)] = 0.2
         normalize: bool = True  # divide by 2m (gradient -A at r = 0, the policy gradient) instead of 2
 
         def __post_init__(self) -> None:

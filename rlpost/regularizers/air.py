@@ -51,7 +51,7 @@ rows whose intent has a target), ``gap`` (mean signed gap over anchored open row
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -61,6 +61,7 @@ from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.air_sampler import IntentBatchSampler
 from rlpost.regularizers.base import REGULARIZERS
+from rlpost.schema import Range
 
 KEYS = ("air_weight", "air_gap", "air_open", "air_anchored")  # the [N] tensors prepare() returns
 
@@ -73,11 +74,12 @@ class AIR:
 
     @dataclass(frozen=True)
     class Config:
-        coef: float = 0.5  # weight of the AIR term (an extra advantage coef * w on open-ended completions)
+        # weight of the AIR term (an extra advantage coef * w on open-ended completions)
+        coef: Annotated[float, Range(ge=0)] = 0.5
         one_sided: bool = True  # pull only open variants below the anchor target (never pull anything down)
         penalty: Literal["squared", "linear"] = "squared"  # phi(gap): gap^2/2 (weight = gap) or |gap| (weight 1)
         scale: Literal["group", "none"] = "group"  # divide r - m_p by the open variant's reward std (GRPO scale)
-        eps: float = 1e-4  # added to that std before dividing
+        eps: Annotated[float, Range(ge=0)] = 1e-4  # added to that std before dividing
         intent_column: str = "intent_id"  # dataset column with the intent id
         variant_column: str = "variant"  # dataset column with the variant kind
         anchor_value: str = "anchor"  # variant value of verifiable anchors

@@ -18,12 +18,14 @@ implemented here. Fails loudly if the trainer did not compute entropies.
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.base import REGULARIZERS
+from rlpost.schema import Range
 
 
 @REGULARIZERS.register("entropy")
@@ -32,7 +34,7 @@ class Entropy:
 
     @dataclass(frozen=True)
     class Config:
-        coef: float = 0.001  # weight of the entropy bonus (loss term -coef * H per token)
+        coef: Annotated[float, Range(ge=0)] = 0.001  # weight of the entropy bonus (loss term -coef * H per token)
 
     def __init__(self, cfg: Config | None = None):
         self.cfg = cfg if cfg is not None else self.Config()

@@ -68,8 +68,8 @@ def build_settings(cfg: Any) -> RMSettings:
     """Validate the composed train-rm config; no model loads. Raises ConfigError."""
     from omegaconf import DictConfig, OmegaConf
 
-    from rlpost.build import _check_hf_path, _smollm2_gguf
     from rlpost.data import resolve_data_path
+    from rlpost.models import _check_hf_path, _smollm2_gguf
     from rlpost.schema import build_config, to_container
 
     if isinstance(cfg, DictConfig):

@@ -13,8 +13,8 @@ from __future__ import annotations
 
 from typing import Any, Protocol
 
-from rlpost.errors import ConfigError
 from rlpost.registry import Registry
+from rlpost.schema import FieldError
 
 
 class Reward(Protocol):
@@ -33,17 +33,13 @@ def completion_text(completion: Any) -> str:
     return str(completion)
 
 
-class ParamError(ConfigError):
+class ParamError(FieldError):
     """A bad reward param found while building the reward (e.g. an unimportable ``path``).
 
-    Raised from a reward's ``__init__``; ``build_reward_terms`` rewrites it to name the full key,
-    ``reward.terms[i].params.<key>``, which the reward itself does not know.
+    Raised from a reward's ``__init__`` (or its Config's ``__post_init__``); ``build_reward_terms``
+    (``build_config``) rewrites it to name the full key, ``reward.terms[i].params.<key>``, which the
+    reward itself does not know.
     """
-
-    def __init__(self, key: str, message: str):
-        super().__init__(f"{key}: {message}")
-        self.key = key
-        self.message = message
 
 
 def answer_text(completion: Any, strip: bool) -> str:

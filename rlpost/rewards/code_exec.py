@@ -29,10 +29,11 @@ from __future__ import annotations
 import re
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.sandbox import STATUSES, Outcome, execute
+from rlpost.schema import Range
 
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -58,9 +59,9 @@ class CodeExec:
         prompt_column: str | None = "code_prompt"  # column whose code goes before the completion (null: none)
         extract: Literal["auto", "fenced", "whole"] = "auto"  # first fenced block else whole answer / block / whole
         score: Literal["fraction", "all_pass"] = "fraction"  # passed/total tests, or 1.0 only if all pass
-        timeout_s: float = 5.0  # wall-clock limit per completion (a timeout scores 0)
-        memory_mb: int = 1024  # address-space limit of the child (RLIMIT_AS)
-        workers: int = 4  # completions executed at the same time
+        timeout_s: Annotated[float, Range(gt=0)] = 5.0  # wall-clock limit per completion (a timeout scores 0)
+        memory_mb: Annotated[int, Range(ge=1)] = 1024  # address-space limit of the child (RLIMIT_AS)
+        workers: Annotated[int, Range(ge=1)] = 4  # completions executed at the same time
         sandbox: Literal["auto", "bwrap", "none"] = "auto"  # bwrap when installed / require it / plain child
         strip_think: bool = True  # run only the text after </think>
 

@@ -39,12 +39,13 @@ from __future__ import annotations
 import math
 import re
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column, completion_text
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
+from rlpost.schema import Range
 
 
 def word_ngrams(text: str) -> set[str]:
@@ -89,16 +90,30 @@ class CoRE(GroupReward):
     class Config:
         answer: Literal["last_number", "boxed", "text"] = "last_number"  # how an answer is read
         strip_think: bool = True  # read the answer after </think> only (similarity sees the whole text)
-        agreement_weight: float = 1.0  # alpha: weight of answer agreement in an edge
-        similarity_weight: float = 0.5  # beta: weight of reasoning similarity in an edge
+        agreement_weight: Annotated[float, Range(ge=0)] = 1.0  # alpha: weight of answer agreement in an edge
+        similarity_weight: Annotated[float, Range(ge=0)] = 0.5  # beta: weight of reasoning similarity in an edge
         similarity: Literal["jaccard", "embedding"] = "jaccard"  # reasoning similarity measure
         confidence: Literal["none", "logprob"] = "none"  # generation confidence on the nodes
-        confidence_power: float = 1.0  # c_i = (p_i / max p)^power
-        grading: float = 0.5  # g: 0 = binary 1[a_i = y_hat], 1 = fully graded by support
-        gate: float = 0.0  # questions whose cohesiveness kappa is below this get 0 everywhere
-        max_iter: int = 200  # replicator iterations at most
-        tol: float = 1.0e-10  # stop when the L1 change of x falls below this
+        confidence_power: Annotated[float, Range(ge=0)] = 1.0  # c_i = (p_i / max p)^power
+        grading: Annotated[float, Range(ge=0, le=1)] = 0.5  # g: 0 = binary 1[a_i = y_hat], 1 = fully graded by support
+        # questions whose cohesiveness kappa is below this get 0 everywhere
+        gate: Annotated[float, Range(ge=0, le=1)] = 0.0
+        max_iter: Annotated[int, Range(ge=0)] = 200  # replicator iterations at most
+        tol: Annotated[float, Range(ge=0)] = 1.0e-10  # stop when the L1 change of x falls below this
         column: str | None = None  # gold column for the logged label_accuracy only (null: not logged)
+
+        def __post_init__(self) -> None:
+            if (
+                self.agreement_weight < 0
+                or self.similarity_weight < 0
+                or self.agreement_weight + self.similarity_weight <= 0
+            ):
+                raise ParamError("agreement_weight", "agreement_weight and similarity_weight must be >= 0, not both 0")
+            for key in ("grading", "gate"):
+                if not 0.0 <= getattr(self, key) <= 1.0:
+                    raise ParamError(key, f"must be in [0, 1], got {getattr(self, key)}")
+            if self.max_iter < 0 or self.confidence_power < 0:
+                raise ParamError("max_iter", "max_iter and confidence_power must be >= 0")
 
     def __init__(self, cfg: Config):
         if cfg.answer not in ANSWER_CHOICES:
@@ -107,13 +122,6 @@ class CoRE(GroupReward):
             raise ParamError("similarity", f"{cfg.similarity!r}; choices: jaccard, embedding")
         if cfg.confidence not in ("none", "logprob"):
             raise ParamError("confidence", f"{cfg.confidence!r}; choices: none, logprob")
-        if cfg.agreement_weight < 0 or cfg.similarity_weight < 0 or cfg.agreement_weight + cfg.similarity_weight <= 0:
-            raise ParamError("agreement_weight", "agreement_weight and similarity_weight must be >= 0, not both 0")
-        for key in ("grading", "gate"):
-            if not 0.0 <= getattr(cfg, key) <= 1.0:
-                raise ParamError(key, f"must be in [0, 1], got {getattr(cfg, key)}")
-        if cfg.max_iter < 0 or cfg.confidence_power < 0:
-            raise ParamError("max_iter", "max_iter and confidence_power must be >= 0")
         if cfg.similarity == "embedding" and cfg.similarity_weight > 0:
             from rlpost.rewards.embeddings import minilm_folder
 

@@ -26,10 +26,12 @@ Logged: ``crps`` (the group's CRPS in target units), ``spread`` (mean |x_i - x_j
 from __future__ import annotations
 
 from dataclasses import dataclass
+from typing import Annotated
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.math_answer import gold_number, last_number
+from rlpost.schema import Range
 
 
 def crps(xs: list[float], y: float) -> float:
@@ -49,8 +51,8 @@ class DAR(GroupReward):
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # dataset column holding the numeric target
-        scale: float = 1.0  # CRPS is divided by this (target units -> reward units)
-        unparsable: float = -1.0  # reward of a completion with no number
+        scale: Annotated[float, Range(gt=0)] = 1.0  # CRPS is divided by this (target units -> reward units)
+        unparsable: Annotated[float, Range()] = -1.0  # reward of a completion with no number
         strip_think: bool = True  # read the prediction after </think> only
 
     def __init__(self, cfg: Config):

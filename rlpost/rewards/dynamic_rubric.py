@@ -27,7 +27,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
@@ -35,6 +35,7 @@ from rlpost.rewards.base import REWARDS, ParamError, answer_text
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.rubric import prompt_text
 from rlpost.rewards.rubric_writer import build_writer
+from rlpost.schema import Range
 
 WRITER_TEMPLATE = (
     "Task: {question}\n\n{candidates}\n\nWrite {max_items} short yes/no checks that a good response to the "
@@ -75,14 +76,14 @@ class DynamicRubric(GroupReward):
     class Config:
         judge: dict[str, Any] = field(default_factory=lambda: {"backend": "local"})  # judge backend and its Config
         writer: dict[str, Any] = field(default_factory=lambda: {"backend": "local"})  # rubric writer (rubric_writer.py)
-        max_items: int = 4  # rubric items per group at most
+        max_items: Annotated[int, Range(ge=1)] = 4  # rubric items per group at most
         default_items: list[str] = field(
             default_factory=lambda: ["The response answers the task correctly", "The response is clear and concise"]
         )  # checks used when the writer gives nothing usable
         writer_template: str = WRITER_TEMPLATE  # {count} {question} {candidates} {max_items}
         judge_template: str = JUDGE_TEMPLATE  # {question} {response} {item} {answer_format}
         strip_think: bool = True  # show and judge only the text after </think>
-        max_candidate_chars: int = 600  # each candidate is cut to this many characters
+        max_candidate_chars: Annotated[int, Range(ge=1)] = 600  # each candidate is cut to this many characters
 
     def __init__(self, cfg: Config):
         if cfg.max_items < 1 or not cfg.default_items:

@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
 from rlpost.models import ModelConfig
 from rlpost.rewards.base import REWARDS, ParamError, column, completion_text
+from rlpost.schema import Range
 
 
 def gain(with_demos: torch.Tensor, without: torch.Tensor, reduce: str) -> float:
@@ -62,9 +63,9 @@ class FewShotGain:
         zero_shot_column: str = "question"  # dataset column with the prompt text without demonstrations
         model: ModelConfig | None = None  # the frozen scorer, an rlpost model config (null: a copy of the run's model)
         reduce: Literal["mean", "sum"] = "mean"  # average or sum the per-token gain
-        scale: float = 1.0  # multiplier of the gain
-        clip: float = 5.0  # |reward| bound after scaling
-        max_length: int = 1024  # context tokens kept (the last ones) before the completion
+        scale: Annotated[float, Range()] = 1.0  # multiplier of the gain
+        clip: Annotated[float, Range(gt=0)] = 5.0  # |reward| bound after scaling
+        max_length: Annotated[int, Range(ge=1)] = 1024  # context tokens kept (the last ones) before the completion
         device: Literal["auto", "cpu", "cuda"] = "auto"  # where the scorer runs
 
     def __init__(self, cfg: Config):

@@ -22,13 +22,14 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Annotated, Literal
 
 import torch
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text
 from rlpost.rewards.embeddings import cosine_matrix, minilm_folder
 from rlpost.rewards.group import GroupReward
+from rlpost.schema import Range
 
 
 @REWARDS.register("group_diversity")
@@ -38,7 +39,7 @@ class GroupDiversity(GroupReward):
     @dataclass(frozen=True)
     class Config:
         strip_think: bool = True  # embed the text after </think> only
-        max_tokens: int = 256  # embedding input length (MiniLM was trained on 256)
+        max_tokens: Annotated[int, Range(ge=1)] = 256  # embedding input length (MiniLM was trained on 256)
         device: Literal["cpu", "cuda"] = "cpu"  # where the embedding model runs
 
     def __init__(self, cfg: Config):

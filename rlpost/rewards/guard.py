@@ -28,10 +28,10 @@ import logging
 import threading
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.judges.base import ON_FAILURE, JudgeError
-from rlpost.schema import build_config, to_container
+from rlpost.schema import Range, build_config, to_container
 
 logger = logging.getLogger(__name__)
 
@@ -41,7 +41,7 @@ class FailurePolicy:
     """What a failed reward sample becomes, and how long a batch call may take."""
 
     on_failure: Literal["skip", "zero", "abort"] = "skip"  # skip -> NaN, zero -> 0.0, abort -> stop
-    timeout_s: float | None = None  # per batch call (null: no limit, run on the calling thread)
+    timeout_s: Annotated[float | None, Range(gt=0)] = None  # per batch call (null: no limit, run on the calling thread)
 
     def __post_init__(self):
         if self.on_failure not in ON_FAILURE:

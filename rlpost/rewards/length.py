@@ -19,9 +19,10 @@ switch to words, which would change what ``target`` means.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, completion_text
+from rlpost.schema import Range
 
 
 @REWARDS.register("length")
@@ -30,7 +31,7 @@ class Length:
 
     @dataclass(frozen=True)
     class Config:
-        target: float = 32.0  # T: the length that costs nothing
+        target: Annotated[float, Range(gt=0)] = 32.0  # T: the length that costs nothing
         unit: Literal["tokens", "words", "chars"] = "tokens"  # what L counts
         mode: Literal["two_sided", "over_only"] = "two_sided"  # penalize short and long, or only long
 

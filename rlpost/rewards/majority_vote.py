@@ -26,11 +26,12 @@ from __future__ import annotations
 
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
 from rlpost.rewards.math_answer import gold_number
+from rlpost.schema import Range
 
 
 def gold_answer(gold: Any, how: str) -> str | None:
@@ -52,7 +53,7 @@ class MajorityVote(GroupReward):
         answer: Literal["last_number", "boxed", "text"] = "last_number"  # how an answer is read
         strip_think: bool = True  # read the answer after </think> only
         ties: Literal["first", "all", "none"] = "first"  # tied modes: first seen | all rewarded | no label
-        min_share: float = 0.0  # the mode needs count / G >= this, else no label
+        min_share: Annotated[float, Range(ge=0, le=1)] = 0.0  # the mode needs count / G >= this, else no label
         column: str | None = None  # gold column for the logged label_accuracy only (null: not logged)
 
     def __init__(self, cfg: Config):

@@ -30,9 +30,10 @@ import logging
 import re
 import threading
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, column, completion_text, strip_think
+from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
 
@@ -67,8 +68,8 @@ class MathAnswer:
         column: str = "answer"  # dataset column holding the gold answer
         mode: Literal["last_number", "math_verify"] = "last_number"
         strip_think: bool = True  # score only the text after </think>
-        tolerance: float = 1e-9  # relative tolerance of the numeric comparison (last_number)
-        timeout_s: int = 5  # math-verify timeout per parse/verify, main thread only
+        tolerance: Annotated[float, Range(ge=0)] = 1e-9  # relative tolerance of the numeric comparison (last_number)
+        timeout_s: Annotated[int, Range(ge=1)] = 5  # math-verify timeout per parse/verify, main thread only
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

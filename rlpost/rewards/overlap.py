@@ -24,9 +24,10 @@ import string
 from abc import ABC, abstractmethod
 from collections import Counter
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.schema import Range
 
 
 def answers_and_references(reward: Any, completions: list, kwargs: dict) -> list[tuple[str, list[str]] | None]:
@@ -114,9 +115,9 @@ class ChrF(SacreBleuReward):
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # dataset column holding the reference (a string or a list of strings)
-        char_order: int = 6  # character n-gram orders 1..char_order
-        word_order: int = 0  # word n-gram orders 1..word_order (2 = chrF++)
-        beta: float = 2.0  # recall weight of the F-score
+        char_order: Annotated[int, Range(ge=1)] = 6  # character n-gram orders 1..char_order
+        word_order: Annotated[int, Range(ge=0)] = 0  # word n-gram orders 1..word_order (2 = chrF++)
+        beta: Annotated[float, Range(gt=0)] = 2.0  # recall weight of the F-score
         lowercase: bool = False  # compare case-insensitively
         whitespace: bool = False  # keep whitespace in the character n-grams
         strip_think: bool = True  # score only the text after </think>
@@ -137,7 +138,7 @@ class Bleu(SacreBleuReward):
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # dataset column holding the reference (a string or a list of strings)
-        max_ngram_order: int = 4  # n-gram orders 1..max_ngram_order
+        max_ngram_order: Annotated[int, Range(ge=1)] = 4  # n-gram orders 1..max_ngram_order
         smooth_method: str = "exp"  # sacrebleu smoothing: none | floor | add-k | exp
         tokenize: str = "13a"  # sacrebleu tokenizer: 13a | intl | char | zh | none ...
         lowercase: bool = False  # compare case-insensitively

@@ -23,11 +23,12 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.preference import PAIR_TEMPLATE, PairwiseJudging, make_judge
+from rlpost.schema import Range
 
 
 @REWARDS.register("pairwise_preference")
@@ -40,7 +41,7 @@ class PairwisePreference(GroupReward):
         template: str = PAIR_TEMPLATE  # judge prompt: {question} {response_a} {response_b} {answer_format}
         swap: bool = True  # judge both slot orders and average (position-bias correction)
         strip_think: bool = True  # compare only the text after </think>
-        max_response_chars: int = 2000  # responses are cut to this many characters
+        max_response_chars: Annotated[int, Range(ge=1)] = 2000  # responses are cut to this many characters
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

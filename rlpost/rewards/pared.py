@@ -34,12 +34,13 @@ import json
 import random
 import string
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 import torch.distributed as dist
 
 from rlpost.rewards.base import REWARDS, ParamError, column, completion_text
+from rlpost.schema import PathSpec, Range
 
 FEATURES = ("length", "unique_ratio", "mean_word_len", "punct_rate", "digit_rate", "newline_rate", "ends_sentence")
 
@@ -71,14 +72,15 @@ class Pared:
     class Config:
         features: list[str] = field(default_factory=lambda: list(FEATURES))  # which response features
         demo_column: str | None = "answer"  # dataset column with the demonstration (null: use demos_path)
-        demos_path: str | None = None  # jsonl of reference responses (used when demo_column is null)
+        # jsonl of reference responses (used when demo_column is null)
+        demos_path: Annotated[str | None, PathSpec("text_file")] = None
         demo_field: str = "response"  # field of each demos_path line holding the response
-        demos_per_update: int = 16  # demonstrations drawn from demos_path per update
-        lr: float = 0.5  # discriminator learning rate (plain gradient descent)
-        steps: int = 1  # gradient steps per training batch
-        l2: float = 0.0  # L2 penalty on the weights (not the bias)
-        length_scale: float = 100.0  # words at which the length feature saturates at 1
-        seed: int = 0  # seed of the demonstration draws
+        demos_per_update: Annotated[int, Range(ge=1)] = 16  # demonstrations drawn from demos_path per update
+        lr: Annotated[float, Range(gt=0)] = 0.5  # discriminator learning rate (plain gradient descent)
+        steps: Annotated[int, Range(ge=1)] = 1  # gradient steps per training batch
+        l2: Annotated[float, Range(ge=0)] = 0.0  # L2 penalty on the weights (not the bias)
+        length_scale: Annotated[float, Range(gt=0)] = 100.0  # words at which the length feature saturates at 1
+        seed: Annotated[int, Range(ge=0)] = 0  # seed of the demonstration draws
 
     def __init__(self, cfg: Config):
         unknown = [f for f in cfg.features if f not in FEATURES]

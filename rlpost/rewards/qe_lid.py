@@ -38,11 +38,12 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.schema import Range
 
 ESTIMATORS = ("judge", "heuristic", "length", "no_copy")
 JUDGE_TEMPLATE = (
@@ -98,14 +99,21 @@ class QeLid:
         target_column: str | None = "target_lang"  # data column with each row's target language
         source_column: str = "source"  # data column with the source text
         source_lang: str = "English"  # source language name shown to the judge
-        min_confidence: float = 0.5  # lingua confidence of the target language needed to pass the gate
-        length_ratio: float = 1.0  # expected chars(translation) / chars(source) of the length estimator
-        copy_min_chars: int = 4  # words shorter than this are ignored by no_copy
+        # lingua confidence of the target language needed to pass the gate
+        min_confidence: Annotated[float, Range(ge=0, le=1)] = 0.5
+        # expected chars(translation) / chars(source) of the length estimator
+        length_ratio: Annotated[float, Range(gt=0)] = 1.0
+        copy_min_chars: Annotated[int, Range(ge=1)] = 4  # words shorter than this are ignored by no_copy
         judge: dict[str, Any] = field(default_factory=lambda: {"backend": "local"})  # judge backend and its Config
-        template: str = (
-            JUDGE_TEMPLATE  # judge prompt: {source} {translation} {source_lang} {target_lang} {answer_format}
-        )
+        # judge prompt: {source} {translation} {source_lang} {target_lang} {answer_format}
+        template: str = JUDGE_TEMPLATE
         strip_think: bool = True  # score only the text after </think>
+
+        def __post_init__(self) -> None:
+            if not 0.0 <= self.min_confidence <= 1.0 or self.length_ratio <= 0 or self.copy_min_chars < 1:
+                raise ParamError(
+                    "min_confidence", "needs 0 <= min_confidence <= 1, length_ratio > 0, copy_min_chars >= 1"
+                )
 
     def __init__(self, cfg: Config):
         from lingua import LanguageDetectorBuilder
@@ -114,8 +122,6 @@ class QeLid:
         bad = [e for e in cfg.estimators if e not in ESTIMATORS]
         if bad or not cfg.estimators:
             raise ParamError("estimators", f"unknown {bad or '(empty list)'}. Valid choices: {', '.join(ESTIMATORS)}.")
-        if not 0.0 <= cfg.min_confidence <= 1.0 or cfg.length_ratio <= 0 or cfg.copy_min_chars < 1:
-            raise ParamError("min_confidence", "needs 0 <= min_confidence <= 1, length_ratio > 0, copy_min_chars >= 1")
         try:
             self.languages = {language(code) for code in cfg.languages}
         except ValueError as err:

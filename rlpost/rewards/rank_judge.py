@@ -27,11 +27,12 @@ pairs whose both judge calls failed are left out of w (self-competitive) or of K
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.preference import PAIR_TEMPLATE, PairwiseJudging, make_judge
+from rlpost.schema import Range
 
 
 def average_ranks(values: list[float]) -> list[float]:
@@ -61,7 +62,7 @@ class RankJudge(GroupReward):
         template: str = PAIR_TEMPLATE  # judge prompt: {question} {response_a} {response_b} {answer_format}
         swap: bool = True  # judge both slot orders and average (position-bias correction)
         strip_think: bool = True  # compare only the text after </think>
-        max_response_chars: int = 2000  # responses are cut to this many characters
+        max_response_chars: Annotated[int, Range(ge=1)] = 2000  # responses are cut to this many characters
 
     def __init__(self, cfg: Config):
         if cfg.mode == "anchor" and not cfg.anchor_column:

@@ -25,10 +25,11 @@ Not a group reward: each completion is scored alone.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.math_answer import _NUMBER, gold_number
+from rlpost.schema import Range
 
 
 def target_vector(gold: Any) -> list[float] | None:
@@ -53,9 +54,9 @@ class Reciprocal:
     class Config:
         column: str = "answer"  # dataset column holding the target (a number or a list of numbers)
         error: Literal["squared", "abs"] = "squared"  # mean squared or mean absolute error
-        scale: float = 1.0  # the gap at which the reward is 1/2
+        scale: Annotated[float, Range(gt=0)] = 1.0  # the gap at which the reward is 1/2
         oracle_column: str | None = None  # column with the best achievable error per row (null: 0)
-        unparsable: float = 0.0  # reward of a completion with no usable prediction
+        unparsable: Annotated[float, Range()] = 0.0  # reward of a completion with no usable prediction
         strip_think: bool = True  # read the prediction after </think> only
 
     def __init__(self, cfg: Config):

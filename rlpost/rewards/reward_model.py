@@ -23,12 +23,23 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.errors import ConfigError
 from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
 from rlpost.rewards.base import REWARDS, ParamError
+from rlpost.schema import PathSpec, Range, path_kind
+
+
+@path_kind("classifier_folder", "a reward-model folder (a 1-label *ForSequenceClassification) from `rlpost train-rm`")
+def check_classifier_path(path: str, key: str, _cfg: Any) -> None:
+    """The ``path`` param, checked before the reward is built: ConfigError naming the full key."""
+    try:
+        check_classifier_folder(path)
+    except ParamError as err:
+        raise ConfigError(f"{key}: {err.message}") from None
 
 
 def check_classifier_folder(path: str) -> tuple[str, dict]:
@@ -42,8 +53,13 @@ def check_classifier_folder(path: str) -> tuple[str, dict]:
     config_file = os.path.join(folder, "config.json")
     if not os.path.isfile(config_file):
         raise ParamError("path", f"{path!r} has no config.json, so it is not a model folder; {hint}.")
-    with open(config_file, encoding="utf-8") as handle:
-        config = json.load(handle)
+    try:
+        with open(config_file, encoding="utf-8") as handle:
+            config = json.load(handle)
+    except (OSError, ValueError) as err:  # unreadable, not UTF-8, not JSON
+        raise ParamError("path", f"{path!r}: config.json cannot be read ({err}); {hint}.") from None
+    if not isinstance(config, dict):
+        raise ParamError("path", f"{path!r}: config.json is not a JSON object; {hint}.")
     architectures = config.get("architectures") or []
     if not any(str(a).endswith("ForSequenceClassification") for a in architectures):
         raise ParamError(
@@ -65,10 +81,13 @@ class RewardModel:
 
     @dataclass(frozen=True)
     class Config:
-        path: str  # folder of a 1-label sequence classifier (rlpost train-rm writes <run>/model)
-        batch_size: int = 16  # sequences per forward
+        path: Annotated[
+            str, PathSpec("classifier_folder")
+        ]  # folder of a 1-label sequence classifier (rlpost train-rm writes <run>/model)
+        batch_size: Annotated[int, Range(ge=1)] = 16  # sequences per forward
         normalize: Literal["none", "batch", "heldout"] = "none"
-        max_length: int | None = None  # keep the last N tokens; null = the folder's training value (else 512)
+        # keep the last N tokens; null = the folder's training value (else 512)
+        max_length: Annotated[int | None, Range(ge=8, why="tokens")] = None
         conversational: bool = True  # chat-template rendering, used only when the folder does not record it
         dtype: Literal["float32", "bfloat16", "float16"] = "float32"
 

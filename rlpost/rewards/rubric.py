@@ -30,13 +30,14 @@ import ast
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import yaml
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+from rlpost.schema import Range
 
 DEFAULT_TEMPLATE = (
     "You are grading a response to a task against one criterion.\n\n"
@@ -50,7 +51,7 @@ BAND_KEYS = ("1-2", "3-4", "5-6", "7-8", "9-10")
 class Criterion:
     name: str
     text: str
-    weight: float = 1.0
+    weight: Annotated[float, Range(ge=0)] = 1.0
     bands: tuple[tuple[str, str], ...] = ()  # WritingBench score bands, shown in scale prompts
 
 
@@ -123,7 +124,7 @@ class Rubric:
         reference_column: str | None = "answer"  # gold column shown to the judge as the reference (null: none)
         template: str = DEFAULT_TEMPLATE  # judge prompt; {question} {reference} {response} {criterion} {answer_format}
         strip_think: bool = True  # judge only the text after </think>
-        max_response_chars: int = 2000  # longer responses are cut to this many characters
+        max_response_chars: Annotated[int, Range(ge=1)] = 2000  # longer responses are cut to this many characters
 
     def __init__(self, cfg: Config):
         self.cfg = cfg

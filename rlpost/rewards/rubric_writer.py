@@ -21,10 +21,11 @@ import os
 import threading
 import urllib.request
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
+from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
 
@@ -33,13 +34,13 @@ logger = logging.getLogger(__name__)
 class WriterConfig:
     backend: Literal["local", "openai"] = "local"  # local model | OpenAI-compatible endpoint
     model: ModelConfig = field(default_factory=ModelConfig)  # local: the rlpost model config (default SmolLM2)
-    max_new_tokens: int = 128  # length of a written rubric
+    max_new_tokens: Annotated[int, Range(ge=1)] = 128  # length of a written rubric
     device: Literal["auto", "cpu", "cuda"] = "auto"  # local: where the writer runs
     base_url: str = "http://localhost:8000/v1"  # openai: endpoint root
     endpoint_model: str = "gpt-4o-mini"  # openai: the model name the endpoint serves
     api_key_env: str | None = None  # openai: env var holding the key (null: no key)
-    temperature: float = 0.0  # openai: sampling temperature
-    timeout_s: float = 60.0  # openai: per request
+    temperature: Annotated[float, Range(ge=0)] = 0.0  # openai: sampling temperature
+    timeout_s: Annotated[float, Range(gt=0)] = 60.0  # openai: per request
 
     def __post_init__(self):
         if self.max_new_tokens < 1 or self.timeout_s <= 0:
@@ -117,6 +118,8 @@ class RubricWriter:
 
 
 def build_writer(node: Any) -> RubricWriter:
-    from rlpost.schema import build_config, to_container
+    from rlpost.schema import build_config, check_paths, to_container
 
-    return RubricWriter(build_config(WriterConfig, dict(to_container(node) or {}), "writer"))
+    cfg = build_config(WriterConfig, dict(to_container(node) or {}), "writer")
+    check_paths(cfg, "writer")  # a local writer's model.path
+    return RubricWriter(cfg)

@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from rlpost.errors import ConfigError
 from rlpost.rewards.base import REWARDS, ParamError
-from rlpost.schema import build_config, to_container
+from rlpost.schema import Range, build_config, check_paths, to_container
 
 
 @dataclass(frozen=True)
@@ -28,10 +28,11 @@ class RewardTerm:
     """One ``reward.terms[i]`` node."""
 
     name: str  # registry name of the reward
-    weight: float = 1.0  # its weight in the combination
+    weight: Annotated[float, Range()] = 1.0  # its weight in the combination
     params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
     on_failure: str | None = None  # skip | zero | abort on an exception/timeout (null: reward.on_failure)
-    timeout_s: float | None = None  # per batch call (null: reward.timeout_s); see rewards/guard.py
+    # per batch call (null: reward.timeout_s); see rewards/guard.py
+    timeout_s: Annotated[float | None, Range(gt=0)] = None
 
 
 def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Callable], list[str], torch.Tensor]:
@@ -73,6 +74,7 @@ def build_term(term: RewardTerm, where: str) -> Any:
     except ConfigError as err:
         raise ConfigError(f"{where}.name: {err}") from None
     cfg = build_config(cls.Config, term.params, f"{where}.params")
+    check_paths(cfg, f"{where}.params")  # files and folders it names, before the reward reads them
     try:
         return cls(cfg)
     except ParamError as err:

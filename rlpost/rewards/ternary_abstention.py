@@ -17,10 +17,11 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.math_answer import gold_number, last_number
+from rlpost.schema import Range
 
 ABSTAIN = [
     r"\bI (?:do not|don't|dont) know\b",
@@ -42,11 +43,11 @@ class TernaryAbstention:
         column: str = "answer"  # dataset column holding the gold answer
         match: Literal["last_number", "exact"] = "last_number"  # how an answer is checked against the gold
         abstain_patterns: list[str] = field(default_factory=lambda: list(ABSTAIN))  # regexes of an abstention
-        correct: float = 1.0  # reward of a correct answer
-        abstain: float = 0.0  # reward of an abstention
-        wrong: float = -1.0  # reward of a wrong answer
+        correct: Annotated[float, Range()] = 1.0  # reward of a correct answer
+        abstain: Annotated[float, Range()] = 0.0  # reward of an abstention
+        wrong: Annotated[float, Range()] = -1.0  # reward of a wrong answer
         strip_think: bool = True  # score only the text after </think>
-        tolerance: float = 1e-9  # relative tolerance of the numeric comparison (last_number)
+        tolerance: Annotated[float, Range(ge=0)] = 1e-9  # relative tolerance of the numeric comparison (last_number)
 
         def __post_init__(self) -> None:
             if not (self.wrong < self.abstain < self.correct):

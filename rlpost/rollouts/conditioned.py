@@ -29,11 +29,12 @@ trained critic (ICRL, HindSearch's distillation loss) are not implemented: z joi
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
 from rlpost.rollouts.base import RolloutContext, Rollouts, user_text, with_user_text
+from rlpost.schema import Range
 
 KIND = "conditioned"
 
@@ -50,8 +51,9 @@ class Request:
 
 @dataclass(frozen=True)
 class ConditionedConfig:
-    refine_per_group: int = 2  # k: conditioned slots per group (1 <= k < train.num_generations)
-    max_attempt_chars: int = 1000  # an attempt shown in a conditioned prompt is cut to this length
+    refine_per_group: Annotated[int, Range(ge=1)] = 2  # k: conditioned slots per group (1 <= k < train.num_generations)
+    # an attempt shown in a conditioned prompt is cut to this length
+    max_attempt_chars: Annotated[int, Range(ge=1)] = 1000
 
     def __post_init__(self):
         if self.refine_per_group < 1 or self.max_attempt_chars < 1:

@@ -25,12 +25,13 @@ from __future__ import annotations
 import json
 import os
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text, with_user_text
 from rlpost.rollouts.side_model import SideModel
+from rlpost.schema import PathSpec, Range
 
 TEMPLATE = "{prompt}\n\nA draft solution (it may be wrong):\n{draft}\n\nNow solve the problem yourself."
 
@@ -65,12 +66,13 @@ class DraftInjection:
     @dataclass(frozen=True)
     class Config:
         source: Literal["file", "model"] = "file"  # where drafts come from
-        path: str | None = None  # source=file: jsonl of {file_key: ..., draft: ...}
+        path: Annotated[str | None, PathSpec("text_file")] = None  # source=file: jsonl of {file_key: ..., draft: ...}
         file_key: str = "question"  # source=file: the field of a line that keys its draft
         key_column: str = "question"  # data column whose value is looked up in the file
         model: ModelConfig | None = None  # source=model: the draft model (any rlpost model config)
-        draft_max_tokens: int = 128  # source=model: max new tokens of a draft
-        draft_temperature: float = 1.0  # source=model: sampling temperature of drafts (0 = greedy)
+        draft_max_tokens: Annotated[int, Range(ge=1)] = 128  # source=model: max new tokens of a draft
+        # source=model: sampling temperature of drafts (0 = greedy)
+        draft_temperature: Annotated[float, Range(ge=0, why="0 = greedy")] = 1.0
         match: Literal["matched", "shuffled"] = "shuffled"  # draft of this problem, or of another one
         template: str = TEMPLATE  # the user message with the draft; {prompt} {draft}
         missing: Literal["error", "skip"] = "error"  # a prompt whose key the file lacks: fail, or no draft

@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -37,6 +37,7 @@ from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
 from rlpost.rewards.ternary_abstention import ABSTAIN
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, completion_like
+from rlpost.schema import Range
 
 KIND = "forced_refusal"
 TRUE = {"true", "yes", "1", "y"}
@@ -69,10 +70,12 @@ class ForcedRefusal:
         unanswerable_column: str = "unanswerable"  # data column, true for a prompt with no valid answer
         refusal: str = "None"  # the refusal string forced into rollouts (RC-GRPO's "None")
         patterns: list[str] = field(default_factory=lambda: list(ABSTAIN))  # regexes that also count as refusing
-        min_refusals: int = 1  # refusals each unanswerable group holds after forcing (1 <= k < G)
-        refusal_reward: float = 1.0  # reward of a refusal on an unanswerable prompt
-        answer_reward: float = 0.0  # reward of any other completion on an unanswerable prompt
-        penalty: float = 0.5  # lambda: subtracted from a refusal's reward on an answerable prompt
+        # refusals each unanswerable group holds after forcing (1 <= k < G)
+        min_refusals: Annotated[int, Range(ge=1)] = 1
+        refusal_reward: Annotated[float, Range()] = 1.0  # reward of a refusal on an unanswerable prompt
+        answer_reward: Annotated[float, Range()] = 0.0  # reward of any other completion on an unanswerable prompt
+        # lambda: subtracted from a refusal's reward on an answerable prompt
+        penalty: Annotated[float, Range(ge=0)] = 0.5
 
         def __post_init__(self):
             if not self.refusal.strip():

@@ -24,12 +24,13 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
 from rlpost.errors import ConfigError
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, completion_like
+from rlpost.schema import Range
 
 KIND = "generic_negative"
 GENERIC = [
@@ -58,8 +59,10 @@ class GenericNegative:
     @dataclass(frozen=True)
     class Config:
         responses: list[str] = field(default_factory=lambda: list(GENERIC))  # generic responses, one drawn per group
-        count: int = 1  # generic responses per group (replacing the last rollouts; < train.num_generations)
-        margin: float | None = 1.0  # r_generic = min natural reward of the group - margin (null: scored by the terms)
+        # generic responses per group (replacing the last rollouts; < train.num_generations)
+        count: Annotated[int, Range(ge=1)] = 1
+        # r_generic = min natural reward of the group - margin (null: scored by the terms)
+        margin: Annotated[float | None, Range(ge=0)] = 1.0
 
         def __post_init__(self):
             if not self.responses or not all(isinstance(r, str) and r.strip() for r in self.responses):

@@ -18,12 +18,13 @@ HindSearch's separate distillation loss is replaced by GRPO on the joined group.
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import ConditionedConfig, ConditionedRollout, Request, revise_prompt
+from rlpost.schema import Range
 
 JUDGE_TEMPLATE = (
     "Question: {question}\n\nReference answer (known to be correct): {gold}\n\nResponse: {response}\n\n"
@@ -45,7 +46,7 @@ class HindsightCritique(ConditionedRollout):
             default_factory=lambda: {"backend": "local"}
         )  # judge backend and its Config (rlpost/judges)
         gold_column: str = "answer"  # data column with the gold answer the judge sees
-        fail_below: float = 0.5  # a rollout whose judge score is below this failed
+        fail_below: Annotated[float, Range(ge=0, le=1)] = 0.5  # a rollout whose judge score is below this failed
         judge_template: str = JUDGE_TEMPLATE  # {question} {gold} {response} {answer_format}
         critique: str = CRITIQUE  # the critique turn; {gold} {score}
         reveal_gold: bool = True  # false: {gold} in the critique reads "(withheld)"

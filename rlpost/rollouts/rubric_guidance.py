@@ -24,7 +24,7 @@ and its removal "once its additional benefit diminishes" (the kept z join the GR
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Annotated, Any
 
 import torch
 
@@ -33,7 +33,7 @@ from rlpost.rewards.base import ParamError, completion_text
 from rlpost.rewards.rubric import Rubric
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import ConditionedConfig, ConditionedRollout, Request, revise_prompt
-from rlpost.schema import build_config
+from rlpost.schema import Range, build_config
 
 HINT = "Make sure your response meets these criteria:\n{criteria}"
 
@@ -65,8 +65,9 @@ class RubricGuidance(ConditionedRollout):
     @dataclass(frozen=True)
     class Config(ConditionedConfig):
         rubric: dict[str, Any] = field(default_factory=dict)  # the rubric reward's params (rlpost/rewards/rubric.py)
-        miss_below: float = 0.5  # a criterion score below this is a miss
-        miss_fraction: float = 0.5  # a criterion is "repeatedly missed" by at least this share of natural rollouts
+        miss_below: Annotated[float, Range(ge=0, le=1)] = 0.5  # a criterion score below this is a miss
+        # a criterion is "repeatedly missed" by at least this share of natural rollouts
+        miss_fraction: Annotated[float, Range(gt=0, le=1)] = 0.5
         hint: str = HINT  # appended to the user message; {criteria}: one "- text" line per missed criterion
 
         def __post_init__(self):

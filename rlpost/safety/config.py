@@ -10,9 +10,10 @@ from __future__ import annotations
 
 import warnings
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Annotated, Literal
 
 from rlpost.errors import ConfigError
+from rlpost.schema import Range
 
 if TYPE_CHECKING:
     from rlpost.build import BuiltRun
@@ -21,7 +22,7 @@ if TYPE_CHECKING:
 @dataclass(frozen=True)
 class RatioGuardSettings:
     enabled: bool = False
-    max_log_ratio: float = 20.0  # c: log pi - log pi_old is clamped to [-c, c] before any exp
+    max_log_ratio: Annotated[float, Range(gt=0)] = 20.0  # c: log pi - log pi_old is clamped to [-c, c] before any exp
 
     def __post_init__(self):
         if self.max_log_ratio <= 0:
@@ -31,7 +32,7 @@ class RatioGuardSettings:
 @dataclass(frozen=True)
 class WhitenSettings:
     enabled: bool = False
-    eps: float = 1e-8  # added to the running std before dividing
+    eps: Annotated[float, Range(gt=0)] = 1e-8  # added to the running std before dividing
 
     def __post_init__(self):
         if self.eps <= 0:
@@ -40,15 +41,17 @@ class WhitenSettings:
 
 @dataclass(frozen=True)
 class RollbackSettings:
-    reward_drop_std: float | None = None  # k: a step is bad when its mean reward < running mean - k * std
-    reward_patience: int = 3  # n: bad reward steps in a row that trigger a rollback
-    reward_warmup: int = 5  # good steps seen before the reward rule arms
-    min_reward_std: float = 0.0  # floor on the running std in the reward rule
-    kl_max: float | None = None  # a step is bad when its mean KL(pi || ref) (k3) is above this
-    kl_patience: int = 1  # bad KL steps in a row that trigger a rollback
-    snapshot_every: int = 1  # take a snapshot of the weights every N good steps
+    # k: a step is bad when its mean reward < running mean - k * std
+    reward_drop_std: Annotated[float | None, Range(ge=0)] = None
+    reward_patience: Annotated[int, Range(ge=1)] = 3  # n: bad reward steps in a row that trigger a rollback
+    reward_warmup: Annotated[int, Range(ge=0)] = 5  # good steps seen before the reward rule arms
+    min_reward_std: Annotated[float, Range(ge=0)] = 0.0  # floor on the running std in the reward rule
+    kl_max: Annotated[float | None, Range(gt=0)] = None  # a step is bad when its mean KL(pi || ref) (k3) is above this
+    kl_patience: Annotated[int, Range(ge=1)] = 1  # bad KL steps in a row that trigger a rollback
+    snapshot_every: Annotated[int, Range(ge=1)] = 1  # take a snapshot of the weights every N good steps
     optimizer: Literal["snapshot", "reset", "keep"] = "snapshot"  # optimizer state on rollback
-    max_rollbacks: int = 0  # stop training after this many rollbacks (0 = unlimited)
+    # stop training after this many rollbacks (0 = unlimited)
+    max_rollbacks: Annotated[int, Range(ge=0, why="0 = unlimited")] = 0
 
     def __post_init__(self):
         if self.reward_drop_std is not None and self.reward_drop_std < 0:
@@ -65,7 +68,8 @@ class RollbackSettings:
 @dataclass(frozen=True)
 class NonFiniteSettings:
     enabled: bool = False
-    rollback_after: int = 3  # N: non-finite steps in a row that roll back to the last good weights (0 = never)
+    # N: non-finite steps in a row that roll back to the last good weights (0 = never)
+    rollback_after: Annotated[int, Range(ge=0, why="0 = never")] = 3
 
     def __post_init__(self):
         if self.rollback_after < 0:
@@ -74,7 +78,8 @@ class NonFiniteSettings:
 
 @dataclass(frozen=True)
 class LoraMergeSettings:
-    every: int = 0  # K: merge the adapter into the base weights and re-initialize it every K steps (0 = off)
+    # K: merge the adapter into the base weights and re-initialize it every K steps (0 = off)
+    every: Annotated[int, Range(ge=0, why="0 = off")] = 0
 
     def __post_init__(self):
         if self.every < 0:

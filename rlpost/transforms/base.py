@@ -14,7 +14,7 @@ from typing import Any, Literal, Protocol
 
 from rlpost.errors import ConfigError
 from rlpost.registry import Registry
-from rlpost.schema import build_config, to_container
+from rlpost.schema import build_config, check_paths, to_container
 
 Split = Literal["train", "eval"]
 
@@ -37,7 +37,9 @@ def build_transform(node: Mapping[str, Any] | None, where: str = "data.transform
         cls = TRANSFORMS.get(node.pop("name", "none"))
     except ConfigError as err:
         raise ConfigError(f"{where}.name: {err}") from None
-    return cls(build_config(cls.Config, node, where))
+    cfg = build_config(cls.Config, node, where)
+    check_paths(cfg, where)
+    return cls(cfg)
 
 
 def add_note(prompt: Any, note: str, position: str) -> Any:
