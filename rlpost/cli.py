@@ -223,11 +223,14 @@ def _train_job(cfg) -> float | None:
     from hydra.core.hydra_config import HydraConfig
 
     from rlpost.objective import objective_value
+    from rlpost.sweep_resume import skip_finished_job
     from rlpost.train import train
 
     hydra_cfg = HydraConfig.get()
     try:
-        summary = train(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
+        summary = skip_finished_job(cfg, hydra_cfg) or train(
+            cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task)
+        )
     except ConfigError as err:
         sys.exit(fail(str(err)))
     except RunStopped as err:  # reliability: disk full, run directory removed, read-only checkpoints
@@ -253,25 +256,27 @@ def _train_job(cfg) -> float | None:
 # ---- reliability: where a train launch writes, resume, --cfg job redaction ----------------------
 def launch_overrides(overrides: list[str], multirun: bool) -> list[str]:
     """Extra Hydra overrides for this launch: ``hydra.run.dir=<run>`` when ``resume=`` continues an
-    earlier run directory (rlpost/checkpoints.py). Also checks the output folder is writable."""
-    from omegaconf import OmegaConf
-
+    earlier run directory (rlpost/checkpoints.py), ``hydra.sweep.dir=<sweep>`` when a multirun's
+    ``resume=auto`` continues an earlier sweep (rlpost/sweep_resume.py). Also checks the output folder
+    is writable."""
     from rlpost.checkpoints import resolve_resume
     from rlpost.rundir import check_writable
-    from rlpost.secrets import redact
+    from rlpost.sweep_resume import comparable_config, resolve_sweep_resume
 
     given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(given.get(key, "multirun" if multirun else "outputs"), key)
-    if multirun:
-        return []  # each job resumes from its own folder when hydra.sweep.dir names the old sweep
-    cfg = compose(overrides)
-    config = redact(OmegaConf.to_container(cfg, resolve=True))
-    config.pop("hydra", None)
-    run_dir, message = resolve_resume(config.get("resume"), config, given.get("hydra.run.dir"))
+    if multirun:  # resume=auto: the earlier sweep; a search sweeper's jobs check their folders themselves
+        if given.get("resume") != "auto" or "hydra/sweeper" in given:
+            return []
+        configs = [comparable_config(compose(job)) for job in expand_sweep(overrides)]
+        run_dir, message = resolve_sweep_resume(configs, given.get(key))
+    else:
+        config = comparable_config(compose(overrides))
+        run_dir, message = resolve_resume(config.get("resume"), config, given.get(key))
     if message:
         print(f"rlpost: {message}", file=sys.stderr)
-    return [f"hydra.run.dir={run_dir}"] if run_dir and "hydra.run.dir" not in given else []
+    return [f"{key}={run_dir}"] if run_dir and key not in given else []
 
 
 def print_redacted_job_config(args: list[str]) -> bool:

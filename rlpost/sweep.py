@@ -31,6 +31,7 @@ from rlpost.rundir import read_jsonl
 COLUMNS = ("eval/accuracy", "eval/reward", "eval/mean_length")
 DEFAULT_METRICS = ("eval/accuracy", "eval/reward", "reward", "kl")
 DEFAULT_MINIMIZE = ("loss", "kl")
+LAUNCH_KEYS = ("resume",)  # overrides that may differ between the launches of one sweep, not its settings
 
 
 @dataclass
@@ -44,7 +45,12 @@ class Job:
 
     @property
     def done(self) -> bool:
-        return bool(self.summary or self.results)
+        return bool(self.summary or self.results) and not self.summary.get("preempted")
+
+    @property
+    def status(self) -> str:
+        """done, preempted (a checkpoint was saved; ``resume=auto`` continues it) or incomplete."""
+        return "done" if self.done else "preempted" if self.summary.get("preempted") else "incomplete"
 
     def series(self, key: str) -> list[tuple[int, float]]:
         """``[(step, value)]`` of one metric, from metrics.jsonl, else summary.json / eval.json."""
@@ -97,8 +103,9 @@ def load_jobs(sweep_dir: Path) -> list[Job]:
 def split_overrides(jobs: list[Job]) -> tuple[list[str], dict[str, str]]:
     """(overrides every job shares, ``{job name: the overrides that differ}``; a key a job lacks shows as absent)."""
 
-    def as_dict(job: Job) -> dict[str, str]:
-        return dict(o.split("=", 1) if "=" in o else (o, "") for o in job.overrides)
+    def as_dict(job: Job) -> dict[str, str]:  # resume= tells launches apart, not jobs
+        pairs = (o.split("=", 1) if "=" in o else (o, "") for o in job.overrides)
+        return {k: v for k, v in pairs if k.lstrip("+~") not in LAUNCH_KEYS}
 
     parsed = {job.name: as_dict(job) for job in jobs}
     keys = list(dict.fromkeys(k for d in parsed.values() for k in d))
@@ -133,7 +140,7 @@ def summary_rows(jobs: list[Job], metrics: list[str], minimize: list[str]) -> tu
     header.append("s/step")
     rows = []
     for job in jobs:
-        cells = [job.name, labels[job.name], "done" if job.done else "incomplete"]
+        cells = [job.name, labels[job.name], job.status]
         for m in metrics:
             points = job.series(m)
             if not points:
