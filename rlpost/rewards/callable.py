@@ -15,6 +15,11 @@ This is how an existing TRL reward plugs in unchanged::
 ``path`` is called once with ``kwargs`` and must return the reward function (TRL's ``get_*``
 factories, or a class whose instances are rewards).
 
+A module of your own in the directory rlpost is started in imports without ``PYTHONPATH``
+(``path: "myrewards:f"`` for ``./myrewards.py``): that directory is put first on ``sys.path`` when
+an import path is resolved, as ``python -m`` would (``put_launch_dir_on_path``). A module that is
+really missing fails naming where Python looked (``where_looked``).
+
 Choices: import errors surface as a ``ParamError`` on ``path`` (``build_reward_terms`` names the
 full key); an ``async`` reward is run to completion inside this synchronous call (``asyncio.run``),
 so it works but is not gathered concurrently with other async rewards; the wrapper is a plain
@@ -26,6 +31,9 @@ from __future__ import annotations
 import asyncio
 import importlib
 import inspect
+import os
+import sys
+import sysconfig
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -35,7 +43,9 @@ from rlpost.rewards.base import REWARDS, ParamError
 
 
 def load_object(path: str) -> Any:
-    """Import ``pkg.mod:attr.sub`` or ``pkg.mod.attr`` and return the object. Raises ImportError."""
+    """Import ``pkg.mod:attr.sub`` or ``pkg.mod.attr`` and return the object. Raises ImportError.
+    The directory rlpost was started in comes first on ``sys.path`` (``put_launch_dir_on_path``)."""
+    put_launch_dir_on_path()
     if ":" in path:
         module_name, _, attrs = path.partition(":")
         module = importlib.import_module(module_name)
@@ -65,6 +75,64 @@ def load_object(path: str) -> Any:
     return obj
 
 
+def launch_dirs() -> list[str]:
+    """The directory rlpost was started in, where a user's own reward module lies: Hydra's
+    ``hydra.runtime.cwd`` inside a job (``hydra.job.chdir=true`` moves the current directory into
+    the run directory), and the current directory."""
+    dirs = []
+    try:
+        from hydra.core.hydra_config import HydraConfig
+
+        if HydraConfig.initialized():
+            dirs.append(HydraConfig.get().runtime.cwd)
+    except Exception:  # noqa: BLE001 - no Hydra job (rlpost show, library use): the current directory alone
+        pass
+    return list(dict.fromkeys(os.path.abspath(d) for d in [*dirs, os.getcwd()]))
+
+
+def put_launch_dir_on_path() -> None:
+    """Put ``launch_dirs()`` first on ``sys.path``, as ``python -m`` puts the current directory (the
+    ``rlpost`` console script does not), so ``path: myrewards:f`` finds ``./myrewards.py``. Done where
+    an import path is resolved, so every process that builds the run (the launch, Hydra jobs, joblib
+    and submitit workers, ``accelerate launch`` children) does it, and rlpost's own imports before it
+    are never shadowed by a file of the same name in the user's directory."""
+    present = {os.path.abspath(entry or os.curdir) for entry in sys.path}
+    for folder in reversed(launch_dirs()):
+        if folder not in present:
+            sys.path.insert(0, folder)
+
+
+def where_looked(err: ImportError, module: str) -> str:
+    """For ``No module named X`` where X is (a parent of) ``module``: where Python looked, as one
+    clause: the launch directory, other sys.path entries, the standard library, site-packages.
+    For a module that was found but failed on one of its own imports, says so."""
+    missing = getattr(err, "name", None) if isinstance(err, ModuleNotFoundError) else None
+    if missing is None:
+        return ""
+    if not (module == missing or module.startswith(missing + ".")):
+        return f" (raised inside {module}: it was found, one of its own imports is missing)"
+    launch = launch_dirs()
+    stdlib = tuple(sysconfig.get_paths()[key] for key in ("stdlib", "platstdlib"))
+    others, site_dirs, has_stdlib = [], [], False
+    for entry in dict.fromkeys(os.path.abspath(e or os.curdir) for e in sys.path):
+        if entry in launch:
+            continue
+        if os.path.basename(entry) in ("site-packages", "dist-packages"):
+            site_dirs.append(entry)
+        elif entry.startswith(stdlib) or entry.endswith(".zip"):
+            has_stdlib = True
+        else:
+            others.append(entry)
+    places = [f"the current directory {launch[0]}", *launch[1:], *others]
+    places += ["the standard library"] * has_stdlib + [f"site-packages {d}" for d in site_dirs]
+    return f" (looked in {', '.join(places)}; put the module there or add its folder to PYTHONPATH)"
+
+
+def module_of(path: str) -> str:
+    """The module part of an import path: ``pkg.mod`` of ``pkg.mod:f``, the whole dotted path otherwise."""
+    return path.partition(":")[0]
+
+
 @REWARDS.register("callable")
 class CallableReward:
     """Any TRL-signature reward function, loaded by import path (``pkg.mod:func``)."""
@@ -80,7 +148,9 @@ class CallableReward:
         try:
             obj = load_object(cfg.path)
         except ImportError as err:
-            raise ParamError("path", f"cannot import {cfg.path!r}: {err}") from None
+            raise ParamError(
+                "path", f"cannot import {cfg.path!r}: {err}{where_looked(err, module_of(cfg.path))}"
+            ) from None
         if cfg.factory:
             try:
                 obj = obj(**cfg.kwargs)
