@@ -87,7 +87,7 @@ def launch_dirs() -> list[str]:
             dirs.append(HydraConfig.get().runtime.cwd)
     except Exception:  # noqa: BLE001 - no Hydra job (rlpost show, library use): the current directory alone
         pass
-    return list(dict.fromkeys(os.path.abspath(d) for d in [*dirs, os.getcwd()]))
+    return list(dict.fromkeys(os.path.abspath(d) for d in [*dirs, os.getcwd()] if d))
 
 
 def put_launch_dir_on_path() -> None:
