@@ -69,9 +69,10 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
     ("reward.combine", "reward/combine", COMBINERS),
     ("reward.terms[i].params", "reward.terms[i].name", REWARDS),
     ("data.transform", "data/transform", TRANSFORMS),
-    ("<judge>", "<judge>.backend", JUDGES),  # a judge node: reward.terms[i].params.judge, algorithm.rollout.judge
+    # a judge node of a reward or rollout: reward.terms[i].params.judge, algorithm.rollout.judge
+    ("reward.terms[i].params.judge", "judge.backend", JUDGES),
 ]
-EXTRA: list[tuple[str, str, type]] = [  # nested nodes built from a dict by their component
+EXTRA: list[tuple[str, str, type]] = [  # nested nodes a component builds from a dict: (prefix, choice, dataclass)
     ("reward.terms[i].params.writer", "reward.terms[i].name=dynamic_rubric", WriterConfig),
 ]
 
@@ -85,6 +86,16 @@ class DeclaredField:
     cls: type  # the dataclass declaring it
     name: str  # the field name
     hint: Any  # its type, Annotated stripped
+
+    @property
+    def group(self) -> str:
+        """The choice's config group or key (``algorithm/loss``), "" for settings."""
+        return self.choice.split("=", 1)[0]
+
+    @property
+    def component(self) -> str:
+        """The chosen component's registry name (``clip``), "" for settings."""
+        return self.choice.split("=", 1)[1] if self.choice else ""
 
     @property
     def markers(self) -> tuple[Any, ...]:
@@ -125,7 +136,7 @@ class DeclaredField:
         return field.default_factory() if field.default_factory is not dataclasses.MISSING else dataclasses.MISSING
 
     def type_name(self) -> str:
-        """``int``, ``float | null``, ``list of float``, ``path``, ``choice``."""
+        """``int``, ``float or null``, ``list of float``, ``path``, ``choice``."""
         if self.path is not None:
             name = "path"
         elif self.choices:
@@ -134,7 +145,7 @@ class DeclaredField:
             name = f"list of {self.scalar.__name__}"
         else:
             name = self.scalar.__name__
-        return f"{name} | null" if self.optional else name
+        return f"{name} or null" if self.optional else name
 
     def valid(self) -> str:
         """What the schema accepts, in words: the range, the path kind, or the choices."""
@@ -142,7 +153,9 @@ class DeclaredField:
             return self.path.describe()
         if self.choices:
             return ", ".join(map(str, self.choices))
-        return self.range.describe() if self.range else "(no range declared)"
+        if self.range is None:
+            return "(no range declared)"
+        return self.range.describe() + (f" ({self.range.why})" if self.range.why else "")
 
     def _item_markers(self) -> tuple[Any, ...]:
         base = _strip_optional(self.hint)

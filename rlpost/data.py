@@ -183,6 +183,12 @@ def check_data_path(path: str, key: str, cfg: DataConfig) -> None:
         raise ConfigError(f"{key}={path!r}: no such folder (data.source=hf).")
 
 
+@path_kind("jsonl_file", "a UTF-8 text file (relative: from the working directory, then the repository)")
+def check_jsonl_file(path: str, key: str, _cfg: Any) -> None:
+    """A component's own jsonl (drafts, demonstrations), found as ``resolve_data_path`` finds it."""
+    require_text_file(path, key, path=resolve_data_path(path))
+
+
 @path_kind("data_split", "jsonl/parquet: a second file, as data.path; hf: a split name")
 def check_eval_split(path: str, key: str, cfg: DataConfig) -> None:
     """``data.eval_split``: a held-out file for jsonl/parquet sources (a split name for hf)."""

@@ -88,9 +88,7 @@ class ModelConfig:
             )
         if self.source != "hf" and self.path:
             raise ValueError(f"model.path is only used with model.source=hf (source is {self.source!r})")
-        if min(self.tiny_layers, self.tiny_hidden, self.tiny_heads, self.tiny_intermediate) < 1:
-            raise ValueError("model.tiny_* sizes must be positive")
-        if self.tiny_hidden % self.tiny_heads:
+        if self.tiny_heads >= 1 and self.tiny_hidden % self.tiny_heads:  # sizes >= 1: declared ranges
             raise ValueError(f"model.tiny_hidden={self.tiny_hidden} is not divisible by tiny_heads={self.tiny_heads}")
 
     @property
@@ -273,7 +271,7 @@ def check_model_path(path: str, key: str, cfg: Any) -> None:
 
 def check_model_files(path: str, key: str, cfg: Any) -> None:
     """The folder ``path`` holds a config, weights (pickle-only refused unless trusted) and a tokenizer."""
-    files = require_folder(path, key)
+    files = require_folder(path, key, hint=MODEL_FOLDER)
     if "config.json" not in files and "adapter_config.json" not in files:  # a LoRA adapter names its base
         raise ConfigError(f"{key}={path!r} has no config.json, so it is not a model folder; {MODEL_FOLDER}.")
     if not any(f.endswith(WEIGHT_SUFFIXES) and "training_args" not in f for f in files):

@@ -232,8 +232,9 @@ def require_text_file(shown: str, key: str, _owner: Any = None, path: str | None
 
 
 @path_kind("folder", "an existing, non-empty folder")
-def require_folder(shown: str, key: str, _owner: Any = None, path: str | None = None) -> list[str]:
-    """``path`` is an existing folder with something in it; returns its entries."""
+def require_folder(shown: str, key: str, _owner: Any = None, path: str | None = None, hint: str = "") -> list[str]:
+    """``path`` is an existing folder with something in it; returns its entries. ``hint`` (what the
+    folder should hold) ends the message of an empty folder."""
     path = os.path.expanduser(path or shown)
     if os.path.isfile(path):
         raise ConfigError(f"{key}={shown!r} is a file, not a folder.")
@@ -244,7 +245,7 @@ def require_folder(shown: str, key: str, _owner: Any = None, path: str | None = 
     except OSError as err:
         raise ConfigError(f"{key}={shown!r} cannot be read ({err.strerror}).") from None
     if not entries:
-        raise ConfigError(f"{key}={shown!r} is an empty folder.")
+        raise ConfigError(f"{key}={shown!r} is an empty folder" + (f"; {hint}." if hint else "."))
     return entries
 
 

@@ -51,11 +51,16 @@ def group_options(group: str) -> list[str]:
 @pytest.fixture(scope="module")
 def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
     """Values for keys marked ??? in an option (they must exist on disk: build_run checks)."""
+    import pandas as pd
+
     tmp = tmp_path_factory.mktemp("required")
-    (tmp / "model").mkdir()
+    (tmp / "model").mkdir()  # what a model folder holds (only names are checked before loading)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp / "model" / name).write_text("{}")
     (tmp / "rows.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
-    (tmp / "rows.parquet").write_bytes(b"")  # only its existence is checked before loading
+    pd.DataFrame({"question": ["1 + 1"], "answer": ["2"]}).to_parquet(tmp / "rows.parquet")
     (tmp / "dataset").mkdir()
+    (tmp / "dataset" / "train.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
     (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
     (tmp / "rm" / "config.json").write_text(
         '{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}'

@@ -39,6 +39,7 @@ from typing import Annotated, Any
 import torch
 import torch.distributed as dist
 
+import rlpost.data  # noqa: F401  (registers the jsonl_file path kind)
 from rlpost.rewards.base import REWARDS, ParamError, column, completion_text
 from rlpost.schema import PathSpec, Range
 
@@ -73,7 +74,7 @@ class Pared:
         features: list[str] = field(default_factory=lambda: list(FEATURES))  # which response features
         demo_column: str | None = "answer"  # dataset column with the demonstration (null: use demos_path)
         # jsonl of reference responses (used when demo_column is null)
-        demos_path: Annotated[str | None, PathSpec("text_file")] = None
+        demos_path: Annotated[str | None, PathSpec("jsonl_file")] = None
         demo_field: str = "response"  # field of each demos_path line holding the response
         demos_per_update: Annotated[int, Range(ge=1)] = 16  # demonstrations drawn from demos_path per update
         lr: Annotated[float, Range(gt=0)] = 0.5  # discriminator learning rate (plain gradient descent)

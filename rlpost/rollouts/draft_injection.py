@@ -27,6 +27,7 @@ import os
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+import rlpost.data  # noqa: F401  (registers the jsonl_file path kind)
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text, with_user_text
@@ -52,10 +53,11 @@ def read_drafts(path: str, file_key: str) -> dict[str, str]:
                 drafts[str(row[file_key])] = str(row["draft"])
             except (json.JSONDecodeError, KeyError, TypeError) as err:
                 raise ConfigError(
-                    f"{path} line {number}: need a JSON object with {file_key!r} and 'draft' ({err})."
+                    f"algorithm.rollout.path={path!r} line {number}: need a JSON object with {file_key!r} and "
+                    f"'draft' ({err})."
                 ) from None
     if not drafts:
-        raise ConfigError(f"{path}: no drafts.")
+        raise ConfigError(f"algorithm.rollout.path={path!r}: no drafts.")
     return drafts
 
 
@@ -66,7 +68,7 @@ class DraftInjection:
     @dataclass(frozen=True)
     class Config:
         source: Literal["file", "model"] = "file"  # where drafts come from
-        path: Annotated[str | None, PathSpec("text_file")] = None  # source=file: jsonl of {file_key: ..., draft: ...}
+        path: Annotated[str | None, PathSpec("jsonl_file")] = None  # source=file: jsonl of {file_key: ..., draft: ...}
         file_key: str = "question"  # source=file: the field of a line that keys its draft
         key_column: str = "question"  # data column whose value is looked up in the file
         model: ModelConfig | None = None  # source=model: the draft model (any rlpost model config)
