@@ -46,7 +46,8 @@ class HindsightCritique(ConditionedRollout):
             default_factory=lambda: {"backend": "local"}
         )  # judge backend and its Config (rlpost/judges)
         gold_column: str = "answer"  # data column with the gold answer the judge sees
-        fail_below: Annotated[float, Range(ge=0, le=1)] = 0.5  # a rollout whose judge score is below this failed
+        # a rollout whose judge score (in [0, 1]) is below this failed: 0 = none, above 1 = all
+        fail_below: Annotated[float, Range(ge=0)] = 0.5
         judge_template: str = JUDGE_TEMPLATE  # {question} {gold} {response} {answer_format}
         critique: str = CRITIQUE  # the critique turn; {gold} {score}
         reveal_gold: bool = True  # false: {gold} in the critique reads "(withheld)"

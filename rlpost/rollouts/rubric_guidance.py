@@ -65,7 +65,8 @@ class RubricGuidance(ConditionedRollout):
     @dataclass(frozen=True)
     class Config(ConditionedConfig):
         rubric: dict[str, Any] = field(default_factory=dict)  # the rubric reward's params (rlpost/rewards/rubric.py)
-        miss_below: Annotated[float, Range(ge=0, le=1)] = 0.5  # a criterion score below this is a miss
+        # a criterion score (in [0, 1]) below this is a miss: 0 = never, above 1 = always
+        miss_below: Annotated[float, Range(ge=0)] = 0.5
         # a criterion is "repeatedly missed" by at least this share of natural rollouts
         miss_fraction: Annotated[float, Range(gt=0, le=1)] = 0.5
         hint: str = HINT  # appended to the user message; {criteria}: one "- text" line per missed criterion
