@@ -251,7 +251,8 @@ def build_run(cfg: Any) -> BuiltRun:
 
 
 def check_run(run: BuiltRun) -> None:
-    """Cross-group checks: combinations that each group alone cannot see."""
+    """Cross-group checks: combinations that each group alone cannot see (each value's own range is
+    declared on its field and checked by ``build_config``)."""
     train, algo, hw = run.settings.train, run.algorithm, run.hardware
     check_hardware(run)  # scale-out: ZeRO / vLLM / multi-node keys (rlpost/launch/checks.py)
     if hw.use_vllm and hw.device != "cuda":
@@ -276,8 +277,6 @@ def check_run(run: BuiltRun) -> None:
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
     check_correction(run)
-    if algo.kl.coef < 0:
-        raise ConfigError(f"algorithm.kl.coef={algo.kl.coef} must be >= 0.")
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
         if algo.critic is not None:
             raise ConfigError(
@@ -295,8 +294,6 @@ def check_run(run: BuiltRun) -> None:
         check = getattr(component, "check_run", None)
         if callable(check):
             check(run)
-    if run.settings.eval.every < 0:
-        raise ConfigError(f"eval.every={run.settings.eval.every} must be >= 0 (0 = off).")
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
     if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
@@ -305,8 +302,6 @@ def check_run(run: BuiltRun) -> None:
         raise ConfigError(f"logging.wandb={wandb} needs the wandb package: pip install 'rlpost[wandb]'.")
     if wandb == "online" and not os.environ.get("WANDB_API_KEY"):
         raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
-    if train.steps < 1:
-        raise ConfigError(f"train.steps={train.steps} must be at least 1.")
 
 
 def check_correction(run: BuiltRun) -> None:

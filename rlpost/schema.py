@@ -198,13 +198,14 @@ def check_paths(config: Any, where: str) -> None:
 
 
 @path_kind("file", "an existing file")
-def require_file(shown: str, key: str, _owner: Any = None, path: str | None = None) -> None:
-    """``path`` (default ``shown``, the value as given) is an existing file."""
+def require_file(shown: str, key: str, _owner: Any = None, path: str | None = None, hint: str = "") -> None:
+    """``path`` (default ``shown``, the value as given) is an existing file; ``hint`` (where to get
+    one) ends the message of a missing one."""
     path = os.path.expanduser(path or shown)
     if os.path.isdir(path):
         raise ConfigError(f"{key}={shown!r} is a folder, not a file.")
     if not os.path.isfile(path):
-        raise ConfigError(f"{key}={shown!r}: no such file.")
+        raise ConfigError(f"{key}={shown!r}: no such file" + (f"; {hint}." if hint else "."))
     if not os.access(path, os.R_OK):
         raise ConfigError(f"{key}={shown!r} cannot be read (permission denied).")
 

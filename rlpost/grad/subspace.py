@@ -53,14 +53,10 @@ FORMAT = "rlpost-subspace-v1"
 @path_kind("subspace_file", "source=file: a subspace file written by `rlpost subspace`")
 def check_subspace_file(path: str, key: str, cfg: Any) -> None:
     """An existing file in ``torch.save``'s zip format (read only when the run starts)."""
-    if getattr(cfg, "source", "file") != "file":
-        return
-    try:
-        require_file(path, key)
-    except ConfigError as err:
-        raise ConfigError(f"{str(err).rstrip('.')} (build one with `rlpost subspace`).") from None
-    if not zipfile.is_zipfile(os.path.expanduser(path)):
-        raise ConfigError(f"{key}={path!r} is not a subspace file (build one with `rlpost subspace`).")
+    if getattr(cfg, "source", "file") == "file":
+        require_file(path, key, hint="build one with `rlpost subspace`")
+        if not zipfile.is_zipfile(os.path.expanduser(path)):
+            raise ConfigError(f"{key}={path!r} is not a subspace file; build one with `rlpost subspace`.")
 
 
 RTOL = 1e-4  # singular values <= RTOL * S_1 are numerical zeros
