@@ -10,33 +10,33 @@ from __future__ import annotations
 import difflib
 import importlib.util
 import os
-from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field, fields
+from collections.abc import Mapping
+from dataclasses import fields
 from typing import Any
 
 import torch
 
 import rlpost.components  # noqa: F401  (registers every component)
-from rlpost.advantages.base import ADVANTAGES, Advantage
+from rlpost.advantages.base import ADVANTAGES
 from rlpost.algorithms.critic import CriticConfig, check_critic
-from rlpost.combine.base import COMBINERS, Combine
-from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs, plan_batch
-from rlpost.corrections.base import CORRECTIONS, Correction
+from rlpost.combine.base import COMBINERS
+from rlpost.config import HardwareConfig, OverlongSettings, RunSettings, plan_batch
+from rlpost.corrections.base import CORRECTIONS
 from rlpost.data import DataConfig, reasoning_gym_tasks
 from rlpost.errors import ConfigError
-from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
+from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
-from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.losses.aggregation import AGGREGATIONS
-from rlpost.losses.base import LOSSES, PolicyLoss
+from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig
 from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
-from rlpost.regularizers.base import REGULARIZERS, Regularizer
-from rlpost.rewards.guard import FailurePolicy, reward_policies
+from rlpost.regularizers.base import REGULARIZERS
+from rlpost.rewards.guard import reward_policies
 from rlpost.rewards.terms import build_reward_terms
-from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
-from rlpost.safety.config import SafetySettings, fp32_lm_head
+from rlpost.rollouts.base import ROLLOUTS
+from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
+from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
 from rlpost.schema import build_config, check_paths, to_container, unknown_key_message
 
@@ -58,90 +58,6 @@ ALGORITHM_KEYS = {
     "safety",
     "critic",
 }
-
-
-@dataclass
-class AlgorithmParts:
-    name: str
-    advantage: Advantage
-    loss: PolicyLoss
-    regularizers: list[tuple[str, Regularizer]]
-    aggregation: str
-    kl: KLConfig
-    dynamic_sampling: bool
-    overlong: OverlongSettings
-    grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
-    correction: Correction | None = None  # off-policy / mismatch correction (None = the registered `none`)
-    rollout: RolloutStrategy | None = None  # how a group is produced (None -> none: TRL's sampling)
-    safety: SafetyKit = field(default_factory=SafetyKit)  # stability kit (rlpost/safety/), all off by default
-    critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
-    offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
-
-    def __post_init__(self):
-        if self.correction is None:
-            self.correction = CORRECTIONS.get("none")()
-        if self.rollout is None:
-            self.rollout = ROLLOUTS.get("none")(ROLLOUTS.get("none").Config())
-
-
-@dataclass
-class RewardParts:
-    funcs: list[Callable]  # TRL reward functions, one per term
-    names: list[str]  # [R]
-    weights: torch.Tensor  # [R]
-    combine: Combine
-    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (guard.py)
-
-
-@dataclass
-class BuiltRun:
-    settings: RunSettings
-    model: ModelConfig
-    data: DataConfig
-    reward: RewardParts
-    algorithm: AlgorithmParts
-    hardware: HardwareConfig
-    plan: BatchPlan
-
-    def named_components(self) -> list[tuple[str, Any]]:
-        """Every built component with its config path (for state saving and ``requires``)."""
-        algo = self.algorithm
-        named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
-        named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
-        if algo.grad is not None:
-            named.append(("algorithm.grad", algo.grad))
-        named.append(("algorithm.correction", algo.correction))
-        named.append(("algorithm.rollout", algo.rollout))
-        if algo.safety.cfg.any:
-            named.append(("algorithm.safety", algo.safety))
-        named.append(("reward.combine", self.reward.combine))
-        named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
-        return named
-
-    def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
-        """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""
-        algo = self.algorithm
-        kwargs = grpo_config_kwargs(
-            self.settings.train,
-            self.settings.logging,
-            self.hardware,
-            self.plan,
-            seed=self.settings.seed,
-            output_dir=output_dir,
-            beta=algo.kl.coef,
-            mask_truncated=algo.overlong.filter,
-            run_name=self.settings.run_name,
-        )
-        if algo.correction.registry_name != "none":  # rlpost's correction replaces TRL's vLLM one, never both
-            kwargs["vllm_importance_sampling_correction"] = False
-        if self.hardware.zero_stage:  # DeepSpeed ZeRO: the generated config (rlpost/launch/deepspeed.py)
-            kwargs["deepspeed"] = deepspeed_config(self.hardware)
-        if fp32_lm_head(self):  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
-            kwargs["cast_lm_head_to_fp32"] = True
-        return kwargs
-
-    def components(self) -> list[Any]:
-        return [component for _, component in self.named_components()]
 
 
 def build_component(registry: Registry, node: Any, where: str) -> Any:

@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from rlpost.algorithms.critic import describe_critic
-from rlpost.build import BuiltRun
 from rlpost.launch.plan import describe_hardware
 from rlpost.losses.aggregation import describe_aggregation
+from rlpost.run import BuiltRun
 
 
 def _describe(component) -> str:

@@ -13,7 +13,7 @@ from transformers import PrinterCallback
 from trl import GRPOConfig
 
 from rlpost.algorithms import trainer_class
-from rlpost.build import BuiltRun, build_run
+from rlpost.build import build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
 from rlpost.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_stale_staging, skipped_checkpoints
 from rlpost.data import load_datasets
@@ -27,6 +27,7 @@ from rlpost.preemption import PreemptionCallback
 from rlpost.ranks import is_main, on_main, write_folder
 from rlpost.replay import ReplayWriter
 from rlpost.rewards.guard import guard_rewards
+from rlpost.run import BuiltRun
 from rlpost.rundir import RunDirectory
 from rlpost.secrets import install_log_redaction
 

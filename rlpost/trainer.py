@@ -43,7 +43,6 @@ from trl import GRPOTrainer
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
-from rlpost.build import BuiltRun
 from rlpost.corrections.apply import WEIGHT_KEY, correct
 from rlpost.corrections.rollout import RolloutEngine
 from rlpost.losses.aggregation import aggregate
@@ -51,6 +50,7 @@ from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 from rlpost.replay import ReplayWriter
 from rlpost.rewards.guard import guard_rewards, take_failure_counts
+from rlpost.run import BuiltRun
 from rlpost.trainer_checkpoints import CheckpointSeams
 from rlpost.trainer_logprobs import LogProbSeams
 from rlpost.trainer_rollouts import RolloutSeams

@@ -16,7 +16,7 @@ from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
 if TYPE_CHECKING:
-    from rlpost.build import BuiltRun
+    from rlpost.run import BuiltRun
 
 
 @dataclass(frozen=True)
@@ -116,16 +116,6 @@ class SafetySettings:
         )
 
 
-def fp32_lm_head(run: BuiltRun) -> bool:
-    """Whether TRL's ``cast_lm_head_to_fp32`` is turned on: fp32_updates and something runs in 16 bits."""
-    return run.algorithm.safety.cfg.fp32_updates and (sixteen_bit(run) or run.hardware.precision != "fp32")
-
-
-def sixteen_bit(run: BuiltRun) -> bool:
-    """Whether the policy's weights are stored in a 16-bit dtype (so fp32 master weights differ from them)."""
-    return run.model.dtype in ("bfloat16", "float16")
-
-
 def check_safety(run: BuiltRun) -> None:
     """Impossible combinations of ``algorithm.safety`` with the other groups (ConfigError names the keys)."""
     s = run.algorithm.safety.cfg
@@ -139,7 +129,7 @@ def check_safety(run: BuiltRun) -> None:
             "algorithm.safety.fp32_updates=true runs the LM head in fp32, which TRL refuses when "
             "model.lora.target_modules includes lm_head; drop lm_head from the targets."
         )
-    if s.fp32_updates and not sixteen_bit(run) and run.hardware.precision == "fp32":
+    if s.fp32_updates and not run.sixteen_bit_weights and run.hardware.precision == "fp32":
         warnings.warn(
             "algorithm.safety.fp32_updates=true does nothing here: model.dtype=float32 and "
             "hardware.precision=fp32 already update and compute log-probs in fp32.",

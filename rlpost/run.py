@@ -1,0 +1,127 @@
+"""A built run: the composed config as plain Python objects, ready to train (``build.py`` makes it).
+
+These types hold what ``build_run`` made (validated settings and constructed components) and
+import no builder, trainer or component: the trainer, ``show`` and the tools read a ``BuiltRun``
+without pulling in the code that built it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs
+from rlpost.data import DataConfig
+from rlpost.launch.deepspeed import deepspeed_config
+from rlpost.models import ModelConfig
+
+if TYPE_CHECKING:
+    from rlpost.advantages.base import Advantage
+    from rlpost.algorithms.critic import CriticConfig
+    from rlpost.combine.base import Combine
+    from rlpost.corrections.base import Correction
+    from rlpost.grad.base import GradTransform
+    from rlpost.losses.base import PolicyLoss
+    from rlpost.losses.kl import KLConfig
+    from rlpost.regularizers.base import Regularizer
+    from rlpost.rewards.guard import FailurePolicy
+    from rlpost.rollouts.base import RolloutStrategy
+
+
+@dataclass
+class AlgorithmParts:
+    """``algorithm``: the built components of the update and the settings that tie them together."""
+
+    name: str  # the bundle (conf/algorithm/<name>.yaml); picks the trainer class (rlpost/algorithms/)
+    advantage: Advantage
+    loss: PolicyLoss
+    regularizers: list[tuple[str, Regularizer]]
+    aggregation: str
+    kl: KLConfig
+    dynamic_sampling: bool
+    overlong: OverlongSettings
+    correction: Correction  # off-policy / mismatch correction (the registered `none` when unset)
+    rollout: RolloutStrategy  # how a group is produced (`none`: TRL's sampling)
+    safety: Any  # the stability kit, a rlpost.safety.kit.SafetyKit (all off by default; imports this module)
+    grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
+    offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
+
+
+@dataclass
+class RewardParts:
+    """``reward``: one TRL reward function per term, their weights, and how the columns are combined."""
+
+    funcs: list[Callable]  # TRL reward functions, one per term
+    names: list[str]  # [R]
+    weights: torch.Tensor  # [R]
+    combine: Combine
+    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (guard.py)
+
+
+@dataclass
+class BuiltRun:
+    """Everything one training job needs except the model weights and the data rows."""
+
+    settings: RunSettings
+    model: ModelConfig
+    data: DataConfig
+    reward: RewardParts
+    algorithm: AlgorithmParts
+    hardware: HardwareConfig
+    plan: BatchPlan
+
+    def named_components(self) -> list[tuple[str, Any]]:
+        """Every built component with its config path (for state saving and ``requires``)."""
+        algo = self.algorithm
+        named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
+        named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
+        if algo.grad is not None:
+            named.append(("algorithm.grad", algo.grad))
+        named.append(("algorithm.correction", algo.correction))
+        named.append(("algorithm.rollout", algo.rollout))
+        if algo.safety.cfg.any:
+            named.append(("algorithm.safety", algo.safety))
+        named.append(("reward.combine", self.reward.combine))
+        named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
+        return named
+
+    def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
+        """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""
+        algo = self.algorithm
+        kwargs = grpo_config_kwargs(
+            self.settings.train,
+            self.settings.logging,
+            self.hardware,
+            self.plan,
+            seed=self.settings.seed,
+            output_dir=output_dir,
+            beta=algo.kl.coef,
+            mask_truncated=algo.overlong.filter,
+            run_name=self.settings.run_name,
+        )
+        if algo.correction.registry_name != "none":  # rlpost's correction replaces TRL's vLLM one, never both
+            kwargs["vllm_importance_sampling_correction"] = False
+        if self.hardware.zero_stage:  # DeepSpeed ZeRO: the generated config (rlpost/launch/deepspeed.py)
+            kwargs["deepspeed"] = deepspeed_config(self.hardware)
+        if self.fp32_lm_head:  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
+            kwargs["cast_lm_head_to_fp32"] = True
+        return kwargs
+
+    @property
+    def sixteen_bit_weights(self) -> bool:
+        """The policy's weights are stored in a 16-bit dtype (so fp32 master weights differ from them)."""
+        return self.model.dtype in ("bfloat16", "float16")
+
+    @property
+    def fp32_lm_head(self) -> bool:
+        """TRL's ``cast_lm_head_to_fp32``: ``algorithm.safety.fp32_updates`` and something runs in 16 bits."""
+        return self.algorithm.safety.cfg.fp32_updates and (
+            self.sixteen_bit_weights or self.hardware.precision != "fp32"
+        )
+
+    def components(self) -> list[Any]:
+        return [component for _, component in self.named_components()]
