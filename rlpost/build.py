@@ -32,13 +32,14 @@ from rlpost.losses.kl import KLConfig
 from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS
-from rlpost.rewards.guard import reward_policies
-from rlpost.rewards.terms import build_reward_terms
+from rlpost.reward_guard import reward_policies
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
 from rlpost.schema import build_config, check_paths, to_container, unknown_key_message
+from rlpost.transforms.base import build_transform
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
 ALGORITHM_KEYS = {
@@ -152,10 +153,12 @@ def build_run(cfg: Any) -> BuiltRun:
         raise ConfigError(unknown_key_message("", str(unknown[0]), top_keys))
     settings = build_config(RunSettings, raw, "")
     hardware = build_config(HardwareConfig, groups["hardware"], "hardware")
+    data = build_config(DataConfig, groups["data"], "data")
+    build_transform(data.transform)  # data.transform: built here so a bad one fails before any model loads
     run = BuiltRun(
         settings=settings,
         model=build_config(ModelConfig, groups["model"], "model"),
-        data=build_config(DataConfig, groups["data"], "data"),
+        data=data,
         reward=build_reward(groups["reward"]),
         algorithm=build_algorithm(groups["algorithm"]),
         hardware=hardware,
@@ -183,9 +186,7 @@ def check_run(run: BuiltRun) -> None:
             f"train.max_completion_length={train.max_completion_length}."
         )
     if algo.grad is not None:
-        check = getattr(algo.grad, "check_compatible", None)
-        if check is not None:
-            check(hw)
+        algo.grad.check_compatible(hw)
         if train.max_grad_norm <= 0:
             # transformers only calls _clip_grad_norm (where the transform runs) when clipping is on
             raise ConfigError(
@@ -207,9 +208,7 @@ def check_run(run: BuiltRun) -> None:
         algo.offline.check_run(run)
     check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
     for component in run.components():  # components that name reward terms or need a reference model
-        check = getattr(component, "check_run", None)
-        if callable(check):
-            check(run)
+        component.check_run(run)
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
     if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
@@ -229,7 +228,7 @@ def check_correction(run: BuiltRun) -> None:
             f"algorithm.correction.rollout_precision={precision} makes a rollout copy, but hardware={hw.name} "
             "samples with vLLM: set algorithm.correction.rollout_precision=null (vLLM is the behaviour policy)."
         )
-    if name != "none" and precision is None and not hw.use_vllm and getattr(correction, "peer", None) is None:
+    if name != "none" and precision is None and not hw.use_vllm and correction.peer is None:
         raise ConfigError(
             f"algorithm.correction={name} has nothing to correct: rollouts come from the policy itself. Set "
             "algorithm.correction.rollout_precision=bf16 (or fp32), sample with vLLM, or use algorithm/correction=none."

@@ -11,9 +11,6 @@ import rlpost.advantages.routed  # noqa: F401
 import rlpost.advantages.segments  # noqa: F401
 import rlpost.advantages.tiar  # noqa: F401
 
-# algorithms (what composition cannot express; each registers its own component)
-import rlpost.algorithms.opd  # noqa: F401
-
 # combiners
 import rlpost.combine.decoupled  # noqa: F401
 import rlpost.combine.focal  # noqa: F401
@@ -41,6 +38,7 @@ import rlpost.judges.openai  # noqa: F401
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
 import rlpost.losses.gspo  # noqa: F401
+import rlpost.losses.opd  # noqa: F401
 import rlpost.losses.output_reset  # noqa: F401
 
 # regularizers
@@ -48,8 +46,10 @@ import rlpost.regularizers.air  # noqa: F401
 import rlpost.regularizers.entropy  # noqa: F401
 
 # rewards
+import rlpost.rewards.bleu  # noqa: F401
 import rlpost.rewards.callable  # noqa: F401
 import rlpost.rewards.choice_or_text  # noqa: F401
+import rlpost.rewards.chrf  # noqa: F401
 import rlpost.rewards.code_exec  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
@@ -61,7 +61,6 @@ import rlpost.rewards.group_diversity  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
-import rlpost.rewards.overlap  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
 import rlpost.rewards.pared  # noqa: F401
 import rlpost.rewards.qe_lid  # noqa: F401
@@ -70,6 +69,7 @@ import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
+import rlpost.rewards.token_f1  # noqa: F401
 
 # rollout strategies
 import rlpost.rollouts.draft_injection  # noqa: F401
@@ -83,3 +83,4 @@ import rlpost.rollouts.rubric_guidance  # noqa: F401
 
 # data transforms
 import rlpost.transforms.ect  # noqa: F401
+import rlpost.transforms.none  # noqa: F401

@@ -35,10 +35,10 @@ from rlpost.losses.kl import KLConfig
 from rlpost.models import ModelConfig
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS
+from rlpost.reward_guard import FailurePolicy
+from rlpost.reward_terms import RewardTerm
 from rlpost.rewards.base import REWARDS
-from rlpost.rewards.guard import FailurePolicy
 from rlpost.rewards.rubric_writer import WriterConfig
-from rlpost.rewards.terms import RewardTerm
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.safety.config import SafetySettings
 from rlpost.schema import PathSpec, Range, bare_type, markers

@@ -19,11 +19,19 @@ import logging
 import os
 import random
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
-from rlpost.schema import PathSpec, Range, path_kind, require_file, require_folder, require_text_file
+from rlpost.schema import (  # noqa: F401  (REPO_ROOT, resolve_data_path: re-exported for the tools)
+    REPO_ROOT,
+    PathSpec,
+    Range,
+    path_kind,
+    require_file,
+    require_folder,
+    require_text_file,
+    resolve_data_path,
+)
 
 if TYPE_CHECKING:
     import datasets
@@ -74,9 +82,7 @@ class DataConfig:
             raise ValueError("data.template is empty")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError(f"data.max_prompt_chars must be >= 1 or null, got {self.max_prompt_chars}")
-        from rlpost.transforms.base import build_transform
-
-        build_transform(self.transform)  # a bad data.transform fails here, before any model loads
+        # data.transform is built and checked by build_run (rlpost/build.py), not here
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
@@ -85,6 +91,7 @@ def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
         train, evals = _reasoning_gym_splits(cfg)
     else:
         train, evals = _file_splits(cfg)
+    import rlpost.components  # noqa: F401  (registers every transform)
     from rlpost.transforms.base import build_transform
 
     transform = build_transform(cfg.transform)  # data.transform (identity unless set): rewrites prompts per split
@@ -156,17 +163,6 @@ def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     return train, [row for row in evals if _prompt_key(row) not in seen]
 
 
-REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-def resolve_data_path(path: str) -> str:
-    """A relative path is looked up from the working directory, then from the repository root,
-    so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
-    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
-        return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
-    return str(REPO_ROOT / path)
-
-
 @path_kind("data_file", "jsonl: a UTF-8 text file; parquet: a parquet file; hf: a dataset id or a non-empty folder")
 def check_data_path(path: str, key: str, cfg: DataConfig) -> None:
     """``data.path`` names what ``data.source`` reads (checked before any load; relative paths as
@@ -181,12 +177,6 @@ def check_data_path(path: str, key: str, cfg: DataConfig) -> None:
         require_folder(path, key)
     elif cfg.source == "hf" and path.startswith(("/", ".")):
         raise ConfigError(f"{key}={path!r}: no such folder (data.source=hf).")
-
-
-@path_kind("jsonl_file", "a UTF-8 text file (relative: from the working directory, then the repository)")
-def check_jsonl_file(path: str, key: str, _cfg: Any) -> None:
-    """A component's own jsonl (drafts, demonstrations), found as ``resolve_data_path`` finds it."""
-    require_text_file(path, key, path=resolve_data_path(path))
 
 
 @path_kind("data_split", "jsonl/parquet: a second file, as data.path; hf: a split name")

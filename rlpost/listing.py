@@ -30,7 +30,7 @@ REGISTRIES: dict[str, Registry] = {
 
 def seed_reference(cls: type) -> str:
     """The component's ``seed`` attribute, else every ``seed NNN #NN`` its module docstring cites."""
-    if getattr(cls, "seed", ""):
+    if cls.seed:
         return cls.seed
     doc = sys.modules[cls.__module__].__doc__ or ""
     return ", ".join(dict.fromkeys(re.findall(r"seed \d{3} #\d+", doc)))

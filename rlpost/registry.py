@@ -1,12 +1,15 @@
 """Registry[T]: components register by decorator and are looked up by name with did-you-mean errors.
 
-Every component class carries a nested frozen ``Config`` dataclass (its schema), an optional
+Every component class subclasses its kind's base (``rlpost/<kind>/base.py``, itself a
+``rlpost.component.Component``), carries a nested frozen ``Config`` dataclass (its schema), a
 ``seed`` attribute (the seed paragraph it implements, e.g. ``"seed 000 #29"``) and a docstring
-whose first line is its one-line description for ``rlpost list``.
+whose first line is its one-line description for ``rlpost list``. Naming rule (tests/test_naming_rule.py):
+the class registered as ``<name>`` lives in ``rlpost/<kind>/<name>.py``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 from collections.abc import Callable
 from typing import Generic, TypeVar
@@ -19,15 +22,18 @@ T = TypeVar("T")
 class Registry(Generic[T]):
     """Name -> component class, for one kind of component (advantage, loss, reward, ...)."""
 
-    def __init__(self, kind: str):
+    def __init__(self, kind: str, base: type[T]):
         self.kind = kind
+        self.base = base  # the kind's base class (rlpost/<kind>/base.py): every entry subclasses it
         self._entries: dict[str, type[T]] = {}
 
     def register(self, name: str) -> Callable[[type[T]], type[T]]:
         def decorator(cls: type[T]) -> type[T]:
             if name in self._entries:
                 raise RuntimeError(f"{self.kind} {name!r} is registered twice")
-            if not hasattr(cls, "Config"):
+            if not issubclass(cls, self.base):
+                raise RuntimeError(f"{self.kind} {name!r} ({cls.__name__}) must subclass {self.base.__name__}")
+            if not dataclasses.is_dataclass(cls.Config):
                 raise RuntimeError(f"{self.kind} {name!r} has no nested Config dataclass")
             cls.registry_name = name
             self._entries[name] = cls

@@ -7,7 +7,6 @@ without pulling in the code that built it.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -22,12 +21,14 @@ if TYPE_CHECKING:
     from rlpost.advantages.base import Advantage
     from rlpost.algorithms.critic import CriticConfig
     from rlpost.combine.base import Combine
+    from rlpost.component import Component
     from rlpost.corrections.base import Correction
     from rlpost.grad.base import GradTransform
     from rlpost.losses.base import PolicyLoss
     from rlpost.losses.kl import KLConfig
     from rlpost.regularizers.base import Regularizer
-    from rlpost.rewards.guard import FailurePolicy
+    from rlpost.reward_guard import FailurePolicy
+    from rlpost.rewards.base import Reward
     from rlpost.rollouts.base import RolloutStrategy
 
 
@@ -55,7 +56,7 @@ class AlgorithmParts:
 class RewardParts:
     """``reward``: one TRL reward function per term, their weights, and how the columns are combined."""
 
-    funcs: list[Callable]  # TRL reward functions, one per term
+    funcs: list[Reward]  # TRL reward functions, one per term
     names: list[str]  # [R]
     weights: torch.Tensor  # [R]
     combine: Combine
@@ -74,8 +75,8 @@ class BuiltRun:
     hardware: HardwareConfig
     plan: BatchPlan
 
-    def named_components(self) -> list[tuple[str, Any]]:
-        """Every built component with its config path (for state saving and ``requires``)."""
+    def named_components(self) -> list[tuple[str, Component]]:
+        """Every built component with its config path (state saving, ``requires``, ``check_run``, ``sampler``)."""
         algo = self.algorithm
         named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
@@ -123,5 +124,5 @@ class BuiltRun:
             self.sixteen_bit_weights or self.hardware.precision != "fp32"
         )
 
-    def components(self) -> list[Any]:
+    def components(self) -> list[Component]:
         return [component for _, component in self.named_components()]

@@ -30,6 +30,7 @@ import os
 import types
 import typing
 from collections.abc import Callable, Mapping
+from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
@@ -230,6 +231,23 @@ def require_text_file(shown: str, key: str, _owner: Any = None, path: str | None
             offset += len(chunk)
     if offset == 0:
         raise ConfigError(f"{key}={shown!r} is an empty file.")
+
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+def resolve_data_path(path: str) -> str:
+    """A relative path is looked up from the working directory, then from the repository root,
+    so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
+    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
+        return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
+    return str(REPO_ROOT / path)
+
+
+@path_kind("jsonl_file", "a UTF-8 text file (relative: from the working directory, then the repository)")
+def check_jsonl_file(path: str, key: str, _cfg: Any) -> None:
+    """A component's own jsonl (drafts, demonstrations), found as ``resolve_data_path`` finds it."""
+    require_text_file(path, key, path=resolve_data_path(path))
 
 
 @path_kind("folder", "an existing, non-empty folder")

@@ -2,19 +2,24 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from rlpost.algorithms.critic import describe_critic
 from rlpost.launch.plan import describe_hardware
 from rlpost.losses.aggregation import describe_aggregation
 from rlpost.run import BuiltRun
 
+if TYPE_CHECKING:
+    from rlpost.component import Component
+    from rlpost.corrections.base import Correction
 
-def _describe(component) -> str:
-    describe = getattr(component, "describe", None)
-    return describe() if callable(describe) else type(component).__doc__.strip().splitlines()[0]
+
+def _describe(component: Component) -> str:
+    return component.describe()  # a component without its own describe(): its docstring's first line
 
 
-def _rollout_source(correction) -> str:
-    precision, peer = correction.cfg.rollout_precision, getattr(correction, "peer", None)
+def _rollout_source(correction: Correction) -> str:
+    precision, peer = correction.cfg.rollout_precision, correction.peer
     source = f"a {precision} copy of the policy, synced before each generation" if precision else "the policy itself"
     if peer is not None:
         source += f"; {correction.peer_per_group} per group from peer {peer.display_name}"
@@ -78,5 +83,5 @@ def explain(run: BuiltRun) -> str:
         lines += ["", "Critic:", f"  {describe_critic(algo.critic, train.learning_rate)}"]
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
     if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
-        lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe())]
+        lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe_lines())]
     return "\n".join(lines)

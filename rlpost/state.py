@@ -1,7 +1,8 @@
 """Stateful components (running statistics, subspaces) saved with every checkpoint and restored on resume.
 
-A component is stateful when it has ``state_dict() -> dict`` and ``load_state_dict(dict)``; values
-may be tensors, numbers, strings or lists. All states go into one file per checkpoint,
+A component is stateful when its ``stateful`` flag is set (``rlpost.component.Component``: exactly
+the components that override ``state_dict() -> dict`` and ``load_state_dict(dict)``); values may be
+tensors, numbers, strings or lists. All states go into one file per checkpoint,
 ``rlpost_state.pt`` (torch.save of plain containers; loaded with ``weights_only=True``), written to a
 temporary name and renamed so a partial file is never read.
 """
@@ -11,18 +12,21 @@ from __future__ import annotations
 import os
 from collections.abc import Iterable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 import torch
+
+if TYPE_CHECKING:
+    from rlpost.component import Component
 
 STATE_FILE = "rlpost_state.pt"
 
 
-def stateful(named: Iterable[tuple[str, Any]]) -> dict[str, Any]:
-    return {name: c for name, c in named if hasattr(c, "state_dict") and hasattr(c, "load_state_dict")}
+def stateful(named: Iterable[tuple[str, Component]]) -> dict[str, Component]:
+    return {name: c for name, c in named if c.stateful}
 
 
-def save_component_state(named: Iterable[tuple[str, Any]], folder: str | os.PathLike) -> Path | None:
+def save_component_state(named: Iterable[tuple[str, Component]], folder: str | os.PathLike) -> Path | None:
     components = stateful(named)
     if not components:
         return None
@@ -33,7 +37,7 @@ def save_component_state(named: Iterable[tuple[str, Any]], folder: str | os.Path
     return path
 
 
-def load_component_state(named: Iterable[tuple[str, Any]], folder: str | os.PathLike) -> list[str]:
+def load_component_state(named: Iterable[tuple[str, Component]], folder: str | os.PathLike) -> list[str]:
     """Restore every stateful component found in the checkpoint; returns the names restored."""
     components = stateful(named)
     path = Path(folder) / STATE_FILE

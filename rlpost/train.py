@@ -26,7 +26,7 @@ from rlpost.plots import plot_curves
 from rlpost.preemption import PreemptionCallback
 from rlpost.ranks import is_main, on_main, write_folder
 from rlpost.replay import ReplayWriter
-from rlpost.rewards.guard import guard_rewards
+from rlpost.reward_guard import guard_rewards
 from rlpost.run import BuiltRun
 from rlpost.rundir import RunDirectory
 from rlpost.secrets import install_log_redaction

@@ -49,7 +49,7 @@ from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 from rlpost.replay import ReplayWriter
-from rlpost.rewards.guard import guard_rewards, take_failure_counts
+from rlpost.reward_guard import guard_rewards, take_failure_counts
 from rlpost.run import BuiltRun
 from rlpost.trainer_checkpoints import CheckpointSeams
 from rlpost.trainer_logprobs import LogProbSeams
@@ -100,16 +100,17 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
         """A component with ``sampler(...)`` (e.g. AIR's whole-intent batches) replaces TRL's RepeatSampler,
         keeping its contract: each prompt index G times in a row, each generation batch repeated."""
         dataset = self.train_dataset if dataset is None else dataset
-        for component in self.run.components():
-            if hasattr(component, "sampler"):
-                return component.sampler(
-                    dataset,
-                    generation_batch_prompts=self.args.generation_batch_size // self.num_generations,
-                    num_generations=self.num_generations,
-                    seed=self.args.seed,
-                    repeat_count=self.num_iterations * self.args.steps_per_generation,
-                    shuffle=self.shuffle_dataset,
-                )
+        for component in self.run.components():  # every component has sampler(); None keeps TRL's
+            sampler = component.sampler(
+                dataset,
+                generation_batch_prompts=self.args.generation_batch_size // self.num_generations,
+                num_generations=self.num_generations,
+                seed=self.args.seed,
+                repeat_count=self.num_iterations * self.args.steps_per_generation,
+                shuffle=self.shuffle_dataset,
+            )
+            if sampler is not None:
+                return sampler
         return super()._get_train_sampler(dataset)
 
     # ---- seam 1: rollout bookkeeping -------------------------------------------------------
@@ -148,7 +149,7 @@ class RLPostTrainer(RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
                 func.group_size = None
             for func in learners:
                 func.learning = False
-        # reliability: failed samples per term (rewards/guard.py), summed over processes
+        # reliability: failed samples per term (reward_guard.py), summed over processes
         mode = "train" if self.model.training else "eval"
         for name, count in take_failure_counts(self.reward_funcs).items():
             total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()

@@ -116,7 +116,7 @@ def test_config_and_describe():
     with pytest.raises(ConfigError):
         build_config(GroupNorm.Config, {"scale": "grup"}, "algorithm.advantage")
     assert (
-        GroupNorm().describe()
+        GroupNorm(GroupNorm.Config()).describe()
         == "A = (r - mean_group(r)) / (std_group(r) + 0.0001), std unbiased, NaN rewards -> A = 0"
     )
     assert GroupNorm(GroupNorm.Config(scale="none", leave_one_out=True)).describe() == (

@@ -52,7 +52,7 @@ def close(a, b, tol=1e-6):
 
 
 def grpo(b):
-    return GroupNorm()(b)[0]
+    return GroupNorm(GroupNorm.Config())(b)[0]
 
 
 def test_registered_with_seed_references_in_rlpost_list():
@@ -64,7 +64,8 @@ def test_registered_with_seed_references_in_rlpost_list():
     assert rows[("advantage", "pmi_tokens")] == "seed 000 #22"
     assert rows[("reward", "ternary_abstention")] == "seed 004 #7"
     for name in ("hargo", "tiar", "routed", "segments", "pmi_tokens"):
-        assert "\n" not in ADVANTAGES.get(name)().describe()
+        cls = ADVANTAGES.get(name)
+        assert "\n" not in cls(cls.Config()).describe()
 
 
 # ---- HARGO ------------------------------------------------------------------------------------
@@ -79,7 +80,7 @@ def test_hargo_hand_computed_weights():
     # C = [0.25, 0.8]; m = [1 - 0.25, 0.8] = [0.75, 0.8] (success: surprise, failure: confidence).
     # w = 2 softmax([0.75, 0.8]) = [2 / (1 + e^0.05), 2 e^0.05 / (1 + e^0.05)] = [0.975006, 1.024994]
     w1 = 2 / (1 + math.exp(0.05))
-    a, m = HARGO()(hargo_batch([1, 0], [0.25, 0.8]))
+    a, m = HARGO(HARGO.Config())(hargo_batch([1, 0], [0.25, 0.8]))
     close(a, [w1 * X, -(2 - w1) * X])
     assert w1 == pytest.approx(0.975006, abs=1e-6)
     assert m["hargo/discrimination_mean"] == 1.0
@@ -100,19 +101,19 @@ def test_hargo_discrimination_and_temperature_sharpen_or_flatten():
 def test_hargo_equal_signals_all_equal_rewards_and_one_sample_groups_are_grpo():
     # C = [0.5, 0.5]: m = [0.5, 0.5] -> uniform weights: GRPO exactly.
     b = hargo_batch([1, 0], [0.5, 0.5])
-    torch.testing.assert_close(HARGO()(b)[0], grpo(b))
+    torch.testing.assert_close(HARGO(HARGO.Config())(b)[0], grpo(b))
     # all-equal rewards: A = 0 whatever the weights, D = 0
-    a, m = HARGO()(hargo_batch([0.3, 0.3], [0.1, 0.9]))
+    a, m = HARGO(HARGO.Config())(hargo_batch([0.3, 0.3], [0.1, 0.9]))
     close(a, [0.0, 0.0])
     assert m["hargo/discrimination_mean"] == 0.0 and m["hargo/weight_max"] == 1.0
     # G = 1: r - r = 0
-    a, _ = HARGO()(hargo_batch([1.0, 0.0], [0.2, 0.7], g=1))
+    a, _ = HARGO(HARGO.Config())(hargo_batch([1.0, 0.0], [0.2, 0.7], g=1))
     close(a, [0.0, 0.0])
 
 
 def test_hargo_reads_ref_logps_and_needs_a_reference_model():
     hargo = HARGO(HARGO.Config(confidence_source="ref"))
-    assert hargo.requires == {"ref_logps"} and HARGO().requires == {"logps"}
+    assert hargo.requires == {"ref_logps"} and HARGO(HARGO.Config()).requires == {"logps"}
     with pytest.raises(RuntimeError, match="ref_logps"):
         hargo(hargo_batch([1, 0], [0.25, 0.8]))
     with pytest.raises(ConfigError, match=r"confidence_source=ref needs a reference model.*kl.coef > 0"):
@@ -184,7 +185,7 @@ def test_tiar_answered_accuracy_and_static_ternary():
 def test_tiar_uses_the_term_weight_on_a_multi_term_reward():
     # terms [ternary, bonus], weights [2, 1]: r = 2 t + bonus = [2, 0 + 0.3] ; c = 1/2 -> a = 0 -> r' unchanged.
     # With c = 0 ([0, -1] ternary, bonus [0.3, 0]): a = 0.5, r = [0.3, -2] -> r' = [0.3 + 2 * 0.5, -2] = [1.3, -2].
-    tiar = TIAR()
+    tiar = TIAR(TIAR.Config())
     tiar.bind(
         ["ternary_abstention", "bonus"], [TernaryAbstention(TernaryAbstention.Config()), None], torch.tensor([2.0, 1.0])
     )
@@ -364,8 +365,8 @@ def test_pmi_tokens_smoothing_clip_and_ramp():
 def test_pmi_tokens_strength_zero_equal_rewards_and_one_sample_groups():
     b = pmi_batch()
     torch.testing.assert_close(PMITokens(PMITokens.Config(strength=0.0))(b)[0], grpo(b).unsqueeze(1).expand(2, 3))
-    close(PMITokens()(batch([0.4, 0.4], 2, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
-    close(PMITokens()(batch([1.0, 0.0], 1, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
+    close(PMITokens(PMITokens.Config())(batch([0.4, 0.4], 2, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
+    close(PMITokens(PMITokens.Config())(batch([1.0, 0.0], 1, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
 
 
 @pytest.mark.parametrize(

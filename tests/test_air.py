@@ -345,6 +345,9 @@ class Spy:
         self.terms.append((term.detach().clone(), x.batch["air_open"].clone()))
         return term, metrics
 
+    def __getattr__(self, name):  # every other member of the component contract: AIR's own
+        return getattr(self.inner, name)
+
 
 def test_three_real_steps_term_only_on_open_variants(tmp_path):
     # G = 2, P = 4 prompts (one intent of 3-4 variants + padding anchors), 2 micro-batches: repeat_count 2

@@ -102,7 +102,7 @@ def test_rdpo_magnitude_and_pooled_whitening_by_hand():
     # range = 0.2 and 1 -> u = [-0.1, 0.1, -0.5, 0.5]. Pooled Sigma = sum u^2 / (N - groups)
     # = (0.01 * 2 + 0.25 * 2) / 2 = 0.26 -> A = u / (sqrt(0.26) + eps).
     r = col(0, 0.2, 0, 1)
-    a, m = RDPO()(r, torch.ones(1), 2)
+    a, m = RDPO(RDPO.Config())(r, torch.ones(1), 2)
     torch.testing.assert_close(a, torch.tensor([-0.1, 0.1, -0.5, 0.5]) / (math.sqrt(0.26) + EPS))
     assert m["rdpo/active_columns"] == 1.0 and m["rdpo/offdiag_corr"] == 0.0
     assert m["rdpo/quantile_abs_mean"] == pytest.approx(0.3)
@@ -124,14 +124,14 @@ def test_rdpo_uncorrelated_columns_are_only_rescaled_and_duplicates_count_sqrt2(
     u1 = torch.tensor([0.5, 0.5, -0.5, -0.5])
     u2 = torch.tensor([0.5, -0.5, 0.5, -0.5])
     terms = torch.tensor([[1.0, 1], [1, 0], [0, 1], [0, 0]])
-    a, m = RDPO()(terms, torch.tensor([2.0, 1.0]), 4)
+    a, m = RDPO(RDPO.Config())(terms, torch.tensor([2.0, 1.0]), 4)
     torch.testing.assert_close(a, (2 * u1 + u2) / (math.sqrt(1 / 3) + EPS))
     assert m["rdpo/offdiag_corr"] == pytest.approx(0.0, abs=1e-7) and m["rdpo/active_columns"] == 2.0
     # A duplicated column: Sigma = [[1/3, 1/3], [1/3, 1/3]], eigenvalues 2/3 on (1,1)/sqrt2 and 0
     # (dropped). Sigma^-1/2 = v v^T / (sqrt(2/3) + eps) maps (u, u) to (u, u) / (sqrt(2/3) + eps), so
     # A = 2u / sqrt(2/3) = sqrt(6) u: sqrt(2) times the single column's sqrt(3) u, not twice.
-    dup, m_dup = RDPO()(torch.stack([terms[:, 0], terms[:, 0]], 1), torch.ones(2), 4)
-    single, _ = RDPO()(terms[:, :1], torch.ones(1), 4)
+    dup, m_dup = RDPO(RDPO.Config())(torch.stack([terms[:, 0], terms[:, 0]], 1), torch.ones(2), 4)
+    single, _ = RDPO(RDPO.Config())(terms[:, :1], torch.ones(1), 4)
     torch.testing.assert_close(dup, 2 * u1 / (math.sqrt(2 / 3) + EPS))
     torch.testing.assert_close(dup / single, torch.full((4,), math.sqrt(2)), rtol=1e-3, atol=0)
     assert m_dup["rdpo/offdiag_corr"] == pytest.approx(1.0)
@@ -141,7 +141,7 @@ def test_rdpo_all_nan_row_stays_nan_and_nan_entry_counts_zero():
     # Row 0 has every term NaN; row 1 has column 0 NaN. Column 1 = [., 1, 0, 0]: n = 3, mid-ranks
     # 3, 1.5, 1.5 -> u = [0, 2/3, -1/3, -1/3]; column 0 = [., ., 1, 0] -> u = [0, 0, 1/2, -1/2].
     terms = torch.tensor([[NAN, NAN], [NAN, 1.0], [1.0, 0.0], [0.0, 0.0]])
-    a, _ = RDPO()(terms, torch.ones(2), 4)
+    a, _ = RDPO(RDPO.Config())(terms, torch.ones(2), 4)
     assert math.isnan(a[0]) and torch.isfinite(a[1:]).all()
     assert a[1] > 0  # it wins column 1 and is missing (0) in column 0
 

@@ -120,7 +120,7 @@ def test_ais_mixing_coefficient_by_hand():
 
 def test_ais_is_uncorrected_without_mismatch():
     # r = 1 everywhere: KL = 0 -> severity 0 -> lambda 0 -> weight exactly 1
-    w, m = AdaptiveIS()(inputs([[0.0, 0.0], [0.0, 0.0]], advantages=[1.0, -1.0]))
+    w, m = AdaptiveIS(AdaptiveIS.Config())(inputs([[0.0, 0.0], [0.0, 0.0]], advantages=[1.0, -1.0]))
     assert torch.equal(w, torch.ones(2, 2)) and m["lam"] == 0.0
 
 
@@ -163,7 +163,7 @@ def test_acrl_state_travels_through_a_checkpoint_file(tmp_path):
 
 
 def test_none_is_exactly_one():
-    w, m = NoCorrection()(inputs(**X))
+    w, m = NoCorrection(NoCorrection.Config())(inputs(**X))
     assert torch.equal(w, torch.ones(2, 1)) and m == {}
 
 

@@ -55,7 +55,9 @@ def test_alpha_zero_is_grpo_and_nan_rewards_get_no_bonus():
     grpo = 0.5 / (0.5**0.5 + 1e-4)
     torch.testing.assert_close(a, torch.tensor([grpo, -grpo, 0.0, 0.0]))
     # row 2 unscorable: group 1's bonus is centred over row 3 alone -> 0, and row 2 gets none
-    a, _ = ExplorationDriven()(batch(rewards=[1.0, 0.0, float("nan"), 0.0], logps=B["logps"], mask=B["mask"]))
+    a, _ = ExplorationDriven(ExplorationDriven.Config())(
+        batch(rewards=[1.0, 0.0, float("nan"), 0.0], logps=B["logps"], mask=B["mask"])
+    )
     assert a[2:].tolist() == [0.0, 0.0]
 
 

@@ -13,7 +13,7 @@ import torch
 
 from rlpost import cli
 from rlpost.evaluate import pass_at_k, sample_metrics, score
-from rlpost.rewards.terms import build_reward_terms
+from rlpost.reward_terms import build_reward_terms
 
 from trainer_utils import TINY
 

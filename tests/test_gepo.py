@@ -49,7 +49,7 @@ def close(a, b):
 def test_registered_with_seed_requires_and_one_line_formula():
     assert ADVANTAGES.get("gepo") is GEPO
     assert GEPO.seed == "seed 000 #30" and GEPO.requires == {"entropies"}
-    text = GEPO().describe()
+    text = GEPO(GEPO.Config()).describe()
     assert "\n" not in text and "x0.5 if A > 0 and H_group < mu - 1 s" in text
 
 
@@ -78,7 +78,7 @@ def test_group_entropy_ignores_padding_past_the_mask_width():
 def test_one_sample_groups_use_each_completions_own_entropy():
     # G = 1 (config enforces G >= 2, the math does not need it): group entropy = sequence entropy,
     # and group_norm gives A = 0 (r - r), so nothing can be attenuated.
-    a, m = GEPO()(batch([1.0, 0.0, 0.5], 1, group_h=[1.0, 2.0, 3.0]))
+    a, m = GEPO(GEPO.Config())(batch([1.0, 0.0, 0.5], 1, group_h=[1.0, 2.0, 3.0]))
     close(a, [0.0, 0.0, 0.0])
     assert m["gepo/group_entropy_min"] == 1.0 and m["gepo/group_entropy_max"] == 3.0
     assert m["gepo/attenuated_frac"] == 0.0  # 0 of 0 nonzero advantages
@@ -90,7 +90,7 @@ def test_first_step_hand_computed_with_current_batch_thresholds():
     # No history -> warmup=current: mu = 2, s = pop std = sqrt(2/3) = 0.8165
     #   low = 2 - 0.8165 = 1.1835, high = 2.8165.
     # Group 1 (H = 1 < low): its positive advantage is halved. Group 3 (H = 3 > high): its negative one.
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     a, m = gepo(batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.0, 2.0, 3.0]))
     close(a, [0.5 * X, -X, X, -X, X, -0.5 * X])
     assert m["gepo/threshold_low"] == pytest.approx(2 - S23)
@@ -111,7 +111,7 @@ def test_first_step_hand_computed_with_current_batch_thresholds():
 
 
 def test_second_step_scores_against_the_history_then_updates_the_ema():
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     gepo(batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.0, 2.0, 3.0]))
     # History: mu = 2, s = 0.8165 -> low 1.1835, high 2.8165. New group entropies [1.5, 2.9, 2.0]:
     # 1.5 is not below 1.1835 (the batch's own thresholds, mean 2.1333 - std 0.5793 = 1.554, would
@@ -153,7 +153,7 @@ def test_factors_of_one_are_exactly_the_base_advantage():
 
 
 def test_all_equal_rewards_leave_nothing_to_attenuate_but_feed_the_history():
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     a, m = gepo(batch([0.3, 0.3, 0.7, 0.7], 2, group_h=[1.0, 5.0]))
     close(a, [0.0, 0.0, 0.0, 0.0])
     assert m["gepo/attenuated_frac"] == 0.0 and m["frac_reward_zero_std"] == 1.0
@@ -162,7 +162,7 @@ def test_all_equal_rewards_leave_nothing_to_attenuate_but_feed_the_history():
 
 def test_zero_entropy_everywhere_attenuates_nothing():
     # mu = s = 0 -> low = high = 0; H = 0 is neither < 0 nor > 0, on the first and later steps.
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     for _ in range(2):
         a, m = gepo(batch([1, 0, 0, 1], 2, group_h=[0.0, 0.0]))
         close(a, [X, -X, -X, X])
@@ -172,7 +172,7 @@ def test_zero_entropy_everywhere_attenuates_nothing():
 
 def test_a_group_exactly_on_a_threshold_is_not_attenuated():
     # Group entropies [0, 1]: mu = 0.5, s = 0.5 -> low = 0 and high = 1 exactly: both groups on the edge.
-    a, m = GEPO()(batch([1, 0, 1, 0], 2, group_h=[0.0, 1.0]))
+    a, m = GEPO(GEPO.Config())(batch([1, 0, 1, 0], 2, group_h=[0.0, 1.0]))
     close(a, [X, -X, X, -X])
     assert m["gepo/attenuated_frac"] == 0.0
 
@@ -190,7 +190,7 @@ def test_group_without_tokens_is_never_attenuated_nor_recorded():
 
 
 def test_batch_without_any_entropy_is_left_alone():
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     a, m = gepo(batch([1, 0], 2, entropies=[[1, 1], [1, 1]], mask=[[0, 0], [0, 0]]))
     close(a, [X, -X])
     assert "gepo/threshold_low" not in m and gepo.state_dict()["count"] == 0
@@ -226,12 +226,12 @@ def test_momentum_zero_keeps_only_the_previous_batch():
 
 
 def test_state_round_trips_through_a_checkpoint_file(tmp_path):
-    gepo = GEPO()
+    gepo = GEPO(GEPO.Config())
     gepo(batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.0, 2.0, 3.0]))
     state = gepo.state_dict()
     assert all(isinstance(v, (int, float)) for v in state.values())  # plain numbers: weights_only loads them
     assert save_component_state([("algorithm.advantage", gepo)], tmp_path) == tmp_path / STATE_FILE
-    fresh = GEPO()
+    fresh = GEPO(GEPO.Config())
     assert load_component_state([("algorithm.advantage", fresh)], tmp_path) == ["algorithm.advantage"]
     assert fresh.state_dict() == state
     nxt = batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.5, 2.9, 2.0])
@@ -242,7 +242,7 @@ def test_missing_entropies_fail_loudly():
     b = batch([1, 0], 2, group_h=[1.0])
     b.extras = {}
     with pytest.raises(RuntimeError, match="entropies"):
-        GEPO()(b)
+        GEPO(GEPO.Config())(b)
 
 
 @pytest.mark.parametrize(

@@ -46,7 +46,7 @@ def test_clip_hand_computed():
     # seq 0, A = +2: ratio 1.5 -> clipped to 1.2: -min(3.0, 2.4) = -2.4; ratio 1.0 -> -2.0
     # seq 1, A = -1: ratio 0.5 -> clipped at 0.8: -min(-0.5, -0.8) = 0.8; ratio 4.0 -> -min(-4, -1.2) = 4.0
     x = inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0])
-    loss, m = Clip()(x)
+    loss, m = Clip(Clip.Config())(x)
     close(loss, [[-2.4, -2.0], [0.8, 4.0]])
     # low clipped: (0.5 < 0.8, A < 0) 1 of 4; high clipped: (1.5 > 1.2, A > 0) 1 of 4
     assert m["clip_ratio/low_mean"] == 0.25 and m["clip_ratio/high_mean"] == 0.25
@@ -60,12 +60,12 @@ def test_clip_hand_computed():
 
 def test_clip_metrics_masked():
     # mask drops seq 1 token 1: low 1/3, high 1/3, region 2/3
-    _, m = Clip()(inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0], mask=[[1, 1], [1, 0]]))
+    _, m = Clip(Clip.Config())(inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0], mask=[[1, 1], [1, 0]]))
     assert m["clip_ratio/low_mean"] == pytest.approx(1 / 3) and m["clip_ratio/high_mean"] == pytest.approx(1 / 3)
     assert m["clip_ratio/region_mean"] == pytest.approx(2 / 3)
     assert m["clip_ratio/low_min"] == 0.0  # seq 0 has no low clip
     # A > 0 with ratio 0.5: -min(0.5, 0.8) = -0.5 (the pessimistic, unclipped term)
-    loss, _ = Clip()(inputs([[0.5]], [1.0]))
+    loss, _ = Clip(Clip.Config())(inputs([[0.5]], [1.0]))
     close(loss, [[-0.5]])
 
 
@@ -73,8 +73,8 @@ def test_clip_logs_output_reset_diagnostics_at_its_log_margins():
     # margins: log(1.2) = 0.1823 (A > 0), -log(0.8) = 0.2231 (A < 0)
     # seq 0, A = +2: s*r = log 1.5 = 0.4055 (past 0.1823), log 1.0 = 0
     # seq 1, A = -1: s*r = -log 0.5 = 0.6931 (past 0.2231), -log 4 = -1.3863
-    _, m = Clip()(inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0]))
-    assert Clip().log_margins() == pytest.approx((math.log(1.2), -math.log(0.8)))
+    _, m = Clip(Clip.Config())(inputs([[1.5, 1.0], [0.5, 4.0]], [2.0, -1.0]))
+    assert Clip(Clip.Config()).log_margins() == pytest.approx((math.log(1.2), -math.log(0.8)))
     assert m["or/overshoot_frac"] == 0.5
     assert m["or/log_ratio_displacement"] == pytest.approx((math.log(1.5) + 0 + LN2 - math.log(4)) / 4)
     # residuals relu(m - s*r): 0, 0.1823, 0, 0.2231 + 1.3863
@@ -109,7 +109,7 @@ def test_ratio_cap():
 
 
 def test_clip_describe():
-    assert Clip().describe() == "-min(r*A, clip(r, 0.8, 1.2)*A), r = pi/pi_old per token"
+    assert Clip(Clip.Config()).describe() == "-min(r*A, clip(r, 0.8, 1.2)*A), r = pi/pi_old per token"
     d = Clip(Clip.Config(epsilon_high=0.28, dual_clip=3.0, ratio_cap=5.0)).describe()
     assert "clip(r, 0.8, 1.28)" in d and "capped at 5" in d and "-3*A" in d
 
@@ -123,7 +123,7 @@ def test_gspo_sequence_ratio():
     mask = torch.tensor([[1.0, 1.0, 0.0]], dtype=torch.float64)
     s = math.exp(0.15)
     # defaults (3e-4, 4e-4), A = 1: -min(s, 1.0004) = -1.0004, shape [B, 1]
-    loss, m = GSPO()(LossInputs(logps, old, torch.tensor([1.0], dtype=torch.float64), mask))
+    loss, m = GSPO(GSPO.Config())(LossInputs(logps, old, torch.tensor([1.0], dtype=torch.float64), mask))
     assert loss.shape == (1, 1)
     close(loss, [[-1.0004]])
     assert m["clip_ratio/high_mean"] == 1.0
@@ -134,20 +134,20 @@ def test_gspo_sequence_ratio():
     close(loss, [[-s]])
     loss.sum().backward()
     close(logps.grad, [[-s / 2, -s / 2, 0.0]])
-    assert "exp(mean_t log(pi/pi_old)) per sequence" in GSPO().describe()
+    assert "exp(mean_t log(pi/pi_old)) per sequence" in GSPO(GSPO.Config()).describe()
 
 
 # ---------------------------------------------------------------- cispo
 def test_cispo_gradient():
     # ratios [0.5, 2, 8], eps_high 5 -> weights [0.5, 2, 5]; A = 1.5 -> d loss/d logp = -w*A = [-0.75, -3, -7.5]
     x = inputs([[0.5, 2.0, 8.0]], [1.5])
-    loss, m = CISPO()(x)
+    loss, m = CISPO(CISPO.Config())(x)
     close(loss, -torch.tensor([[0.5, 2.0, 5.0]], dtype=torch.float64) * 1.5 * x.logps.detach())
     loss.sum().backward()
     close(x.logps.grad, [[-0.75, -3.0, -7.5]])
     assert m["cispo_clip_ratio"] == pytest.approx(1 / 3)
-    assert CISPO().describe() == "-sg(min(r, 5))*A*log pi, r = pi/pi_old per token"
-    _, m = CISPO()(inputs([[8.0]], [-1.0]))  # A < 0 never counts as clipped (TRL)
+    assert CISPO(CISPO.Config()).describe() == "-sg(min(r, 5))*A*log pi, r = pi/pi_old per token"
+    _, m = CISPO(CISPO.Config())(inputs([[8.0]], [-1.0]))  # A < 0 never counts as clipped (TRL)
     assert m["cispo_clip_ratio"] == 0.0
 
 
@@ -267,8 +267,8 @@ def test_entropy_regularizer():
     close(term, [[-0.1, -0.2], [-0.3, -0.4]])
     assert m["bonus"] == pytest.approx(0.1 * 2.0)  # 0.1 * (1 + 2 + 3) / 3
     with pytest.raises(ValueError, match="entropies"):
-        Entropy()(LossInputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1)))
-    assert Entropy().describe().startswith("-0.001 * H")
+        Entropy(Entropy.Config())(LossInputs(torch.zeros(1, 1), torch.zeros(1, 1), torch.ones(1), torch.ones(1, 1)))
+    assert Entropy(Entropy.Config()).describe().startswith("-0.001 * H")
 
 
 # ---------------------------------------------------------------- TRL parity
@@ -313,7 +313,7 @@ def test_matches_trl_formula_on_random_tensors(loss_type, level):
     ref = trl_style(rewards, G, logps, old, mask, loss_type, level, *eps, t_max=t + 2, n_tok=mask.sum())
 
     batch = GroupBatch(rewards, rewards[:, None], ["r"], G, mask, torch.zeros(n, t, dtype=torch.long))
-    adv, _ = GroupNorm()(batch)
+    adv, _ = GroupNorm(GroupNorm.Config())(batch)
     if level == "sequence":
         loss_fn = GSPO(GSPO.Config(epsilon_low=eps[0], epsilon_high=eps[1]))
     else:

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from rlpost.algorithms.opd import TEACHER_KEY, OnPolicyDistillation, reverse_kl_loss
 from rlpost.cli import validate
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LossInputs
+from rlpost.losses.opd import TEACHER_KEY, OnPolicyDistillation, reverse_kl_loss
 
 from trainer_utils import make_run, rlpost_trainer, step_logs
 

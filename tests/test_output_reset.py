@@ -53,7 +53,7 @@ def test_positive_and_negative_advantages_before_and_past_the_margin():
     #                         r = -0.1 -> s*r = 0.1, e = 0.1, loss = 0.01/0.4 = 0.025, grad = +0.5
     #                         r = -0.25 -> s*r = 0.25 >= 0.2: e = 0, loss 0, grad 0 (overshoot)
     x = inputs([[0.0, 0.1, 0.3], [0.1, -0.1, -0.25]], [[2.0], [-1.0]])
-    loss, m = OutputReset()(x)
+    loss, m = OutputReset(OutputReset.Config())(x)
     close(loss, [[0.2, 0.05, 0.0], [0.225, 0.025, 0.0]])
     loss.sum().backward()
     close(x.logps.grad, [[-2.0, -1.0, 0.0], [1.5, 0.5, 0.0]])
@@ -66,12 +66,12 @@ def test_positive_and_negative_advantages_before_and_past_the_margin():
 def test_gradient_is_the_policy_gradient_on_policy_and_vanishes_continuously_at_the_margin():
     # At r = 0 OR's gradient is -A, exactly the clipped surrogate's at ratio 1.
     x_or, x_clip = (inputs([[0.0, 0.0], [0.0, 0.0]], [[1.5], [-0.5]]) for _ in range(2))
-    OutputReset()(x_or)[0].sum().backward()
-    Clip()(x_clip)[0].sum().backward()
+    OutputReset(OutputReset.Config())(x_or)[0].sum().backward()
+    Clip(Clip.Config())(x_clip)[0].sum().backward()
     close(x_or.logps.grad, x_clip.logps.grad)
     # Just below the margin the gradient is small (-A * 0.001 / 0.2), not a jump as in the clip.
     x = inputs([[0.199, 0.201, 0.25]], [[2.0]])
-    loss, m = OutputReset()(x)
+    loss, m = OutputReset(OutputReset.Config())(x)
     loss.sum().backward()
     close(x.logps.grad, [[-2.0 * 0.001 / 0.2, 0.0, 0.0]])
     assert m["or/overshoot_frac"] == pytest.approx(2 / 3)
@@ -82,7 +82,7 @@ def test_zero_advantage_and_masked_tokens():
     # seq 1, A = +1: r = 0.05 -> e = 0.15, loss = 0.0225/0.4 = 0.05625, grad = -0.75;
     #                r = -0.1 (masked) -> e = 0.3, loss = 0.09/0.4 = 0.225 (the aggregation masks it), no metric.
     x = inputs([[0.5, -0.5], [0.05, -0.1]], [[0.0], [1.0]], mask=[[1.0, 1.0], [1.0, 0.0]])
-    loss, m = OutputReset()(x)
+    loss, m = OutputReset(OutputReset.Config())(x)
     close(loss, [[0.0, 0.0], [0.05625, 0.225]])
     loss.sum().backward()
     close(x.logps.grad, [[0.0, 0.0], [-0.75, -1.5]])
@@ -111,7 +111,7 @@ def test_per_token_advantages_asymmetric_margins_and_unnormalized():
     assert m["or/residual_mean"] == pytest.approx((0.05 + 0 + 0.1 + 0.3) / 4)
     # 1-D advantages [B] broadcast like [B, 1]
     flat = inputs([[0.0, 0.3]], [2.0])
-    close(OutputReset()(flat)[0], [[0.2, 0.0]])
+    close(OutputReset(OutputReset.Config())(flat)[0], [[0.2, 0.0]])
 
 
 @pytest.mark.parametrize("bad", ["margin_high=0", "margin_low=-0.1"])

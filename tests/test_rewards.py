@@ -19,9 +19,9 @@ import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 from rlpost.combine.base import COMBINERS
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS, strip_think
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config
 
 CONF = Path(__file__).resolve().parents[1] / "conf" / "reward"

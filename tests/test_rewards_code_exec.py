@@ -10,9 +10,9 @@ import pytest
 
 import rlpost.rewards.code_exec  # noqa: F401  (registers)
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.code_exec import extract_code
-from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'

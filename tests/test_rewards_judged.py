@@ -8,9 +8,9 @@ from test_judges import clear_log, requests_for, server  # noqa: F401  (the loca
 
 import rlpost.components  # noqa: F401
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rank_judge import average_ranks
-from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config
 
 # the "keyword" endpoint says Yes iff the criterion's last word ("good") is in the text after "Response: ",

@@ -14,9 +14,9 @@ import pytest
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.qe_lid import length_score, no_copy_score
-from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config
 
 REPO = Path(__file__).resolve().parent.parent

@@ -1,4 +1,4 @@
-"""token_f1, chrf and bleu (rlpost/rewards/overlap.py): hand-computed scores, references, errors."""
+"""token_f1, chrf and bleu (rlpost/rewards/token_f1.py, chrf.py, bleu.py): hand-computed scores, references, errors."""
 
 from __future__ import annotations
 
@@ -6,11 +6,11 @@ import math
 
 import pytest
 
-import rlpost.rewards.overlap  # noqa: F401  (registers)
+import rlpost.components  # noqa: F401  (registers)
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
-from rlpost.rewards.overlap import token_f1
-from rlpost.rewards.terms import build_reward_terms
+from rlpost.rewards.token_f1 import token_f1
 from rlpost.schema import build_config
 
 

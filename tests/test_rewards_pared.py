@@ -11,9 +11,9 @@ import torch
 
 import rlpost.rewards.pared  # noqa: F401  (registers)
 from rlpost.errors import ConfigError
+from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.pared import features
-from rlpost.rewards.terms import build_reward_terms
 from rlpost.schema import build_config
 
 

@@ -46,10 +46,10 @@ def test_ratio_guard_keeps_a_bf16_clip_loss_finite():
     logps = torch.tensor([[-1.0]], dtype=torch.bfloat16, requires_grad=True)
     old = torch.tensor([[-101.0]], dtype=torch.bfloat16)
     adv, mask = -torch.ones(1, 1, dtype=torch.bfloat16), torch.ones(1, 1)
-    loss, _ = Clip()(LossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask))
+    loss, _ = Clip(Clip.Config())(LossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask))
     assert math.isinf(loss.item())
     x, _ = guard_log_ratio(LossInputs(logps=logps, old_logps=old, advantages=adv, mask=mask), 20.0)
-    loss, _ = Clip()(x)
+    loss, _ = Clip(Clip.Config())(x)
     assert loss.item() == pytest.approx(4.85165e8, rel=1e-2)  # bf16 rounding of exp(20)
     loss.sum().backward()
     assert logps.grad.item() == 0.0

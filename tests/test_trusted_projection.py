@@ -231,12 +231,12 @@ def test_refusals_zero_hardware_missing_matrix_no_gradients_bad_config(tmp_path)
             check_compatible(HardwareConfig(name=name))
     check_compatible(HardwareConfig(name="cpu"))
     with pytest.raises(ConfigError, match="algorithm/grad=direction_monitor"):
-        DirectionMonitor().check_compatible(HardwareConfig(name="zero2"))
+        DirectionMonitor(DirectionMonitor.Config()).check_compatible(HardwareConfig(name="zero2"))
     transform = TrustedProjection(TrustedProjection.Config(source="file", path=rank1_file(tmp_path, name="other")))
     with pytest.raises(ConfigError, match="has no matrix for parameter w"):
         transform([("w", param(torch.zeros(3, 2), G))], 0)
     with pytest.raises(ConfigError, match="no selected 2-D trainable parameter has a gradient"):
-        TrustedProjection()([("model.embed_tokens.weight", param(torch.zeros(3, 2), G))], 0)
+        TrustedProjection(TrustedProjection.Config())([("model.embed_tokens.weight", param(torch.zeros(3, 2), G))], 0)
     with pytest.raises(ConfigError, match="source=file needs path"):
         make_run(["algorithm/grad=trusted_projection", "algorithm.grad.source=file"])
     with pytest.raises(ConfigError, match="Invalid value algorithm.grad.side"):

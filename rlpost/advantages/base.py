@@ -1,4 +1,4 @@
-"""The advantage Protocol, its registry, and the typed group batch every estimator reads.
+"""The advantage base class, its registry, and the typed group batch every estimator reads.
 
 Shapes: N = number of completions in the generation batch (prompts x G), G = completions per
 prompt, R = reward terms, T = completion length (padded). Rows ``g*G .. g*G+G-1`` share a prompt.
@@ -7,10 +7,11 @@ prompt, R = reward terms, T = completion length (padded). Rows ``g*G .. g*G+G-1`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from rlpost.component import Component
 from rlpost.registry import Registry
 
 
@@ -38,12 +39,15 @@ class GroupBatch:
         return x.view(self.num_groups, self.num_generations, *x.shape[1:])
 
 
-class Advantage(Protocol):
-    """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token)."""
+class Advantage(Component):
+    """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token).
 
-    Config: type
+    Optional members (``requires``, ``check_run``, ``describe``, ``state_dict``, ...): ``Component``.
+    """
 
-    def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """Group batch -> advantages [N] or [N, T], and float metrics."""
+        raise NotImplementedError
 
 
-ADVANTAGES: Registry[Advantage] = Registry("advantage")
+ADVANTAGES: Registry[Advantage] = Registry("advantage", Advantage)

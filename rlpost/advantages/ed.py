@@ -28,7 +28,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.schema import Range
 
@@ -50,11 +50,11 @@ def centred_bonus(s: torch.Tensor, valid: torch.Tensor, g: int) -> torch.Tensor:
 
 
 @ADVANTAGES.register("ed")
-class ExplorationDriven:
+class ExplorationDriven(Advantage):
     """ED-GRPO: GRPO advantage plus alpha x the group-centred surprisal of each completion (reward-biased exploration)."""
 
     seed = "seed 004 #30"
-    requires = {"logps"}
+    requires = frozenset({"logps"})
 
     @dataclass(frozen=True)
     class Config:
@@ -68,8 +68,8 @@ class ExplorationDriven:
             if self.alpha < 0:
                 raise ValueError(f"alpha must be >= 0, got {self.alpha}")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(
             GroupNorm.Config(scale=self.cfg.scale, leave_one_out=self.cfg.leave_one_out, eps=self.cfg.eps)
         )

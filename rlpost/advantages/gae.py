@@ -34,7 +34,7 @@ from typing import Annotated
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
@@ -76,7 +76,7 @@ def masked_whiten(x: torch.Tensor, mask: torch.Tensor, eps: float = 1e-8) -> tor
 
 
 @ADVANTAGES.register("gae")
-class GAE:
+class GAE(Advantage):
     """PPO's GAE(gamma, lambda) on token rewards (terminal score + per-token KL) from the critic's values: [N, T]."""
 
     seed = "seed 000 #29, seed 000 #16"
@@ -91,9 +91,6 @@ class GAE:
             for key in ("gamma", "lam"):
                 if not 0.0 <= getattr(self, key) <= 1.0:
                     raise ValueError(f"{key}={getattr(self, key)} must be in [0, 1]")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """rewards [N], extras values / token_rewards [N, T] -> advantages [N, T]; writes extras["returns"]."""
@@ -115,7 +112,7 @@ class GAE:
         return advantages, metrics
 
     def check_run(self, run) -> None:
-        if getattr(run.algorithm, "critic", None) is None:
+        if run.algorithm.critic is None:
             raise ConfigError(
                 "algorithm/advantage=gae needs a critic for its values: use algorithm=ppo (or ppo_or), "
                 "or set algorithm.critic (rlpost/algorithms/critic.py)."

@@ -48,7 +48,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.schema import Range
 
@@ -76,11 +76,13 @@ def shape(advantages: torch.Tensor, group_h: torch.Tensor, low: float, high: flo
 
 
 @ADVANTAGES.register("gepo")
-class GEPO:
+class GEPO(Advantage):
     """GRPO advantages shaped by group entropy: damp A>0 in low-entropy groups, A<0 in high-entropy groups."""
 
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+
     seed = "seed 000 #30"
-    requires = {"entropies"}
+    requires = frozenset({"entropies"})
 
     @dataclass(frozen=True)
     class Config:
@@ -115,8 +117,8 @@ class GEPO:
             if self.warmup not in ("current", "off"):
                 raise ValueError(f"Unknown warmup {self.warmup!r}. Valid choices: current, off.")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(
             GroupNorm.Config(scale=self.cfg.scale, leave_one_out=self.cfg.leave_one_out, eps=self.cfg.eps)
         )

@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.schema import Range
 
 
@@ -47,7 +47,7 @@ def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
 
 
 @ADVANTAGES.register("group_norm")
-class GroupNorm:
+class GroupNorm(Advantage):
     """Group-relative advantage: reward minus the group mean (or leave-one-out mean), over the std."""
 
     @dataclass(frozen=True)
@@ -61,9 +61,6 @@ class GroupNorm:
                 raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, batch, none.")
             if self.eps < 0:
                 raise ValueError(f"eps must be >= 0, got {self.eps}")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """rewards [N] (NaN = unscorable), G = batch.num_generations -> advantages [N], metrics."""

@@ -34,14 +34,14 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
 
 @ADVANTAGES.register("hargo")
-class HARGO:
+class HARGO(Advantage):
     """GRPO advantages reweighted per response by group contrast and reference confidence (HARGO)."""
 
     seed = "seed 000 #14"
@@ -61,11 +61,11 @@ class HARGO:
             if self.reward_range <= 0 or self.temperature <= 0:
                 raise ValueError("reward_range and temperature must be > 0")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.key = "ref_logps" if self.cfg.confidence_source == "ref" else "logps"
-        self.requires = {self.key}
+        self.requires = frozenset({self.key})
 
     def check_run(self, run: Any) -> None:
         if self.cfg.confidence_source == "ref" and run.algorithm.kl.coef <= 0:

@@ -35,7 +35,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.schema import Range
 
@@ -63,8 +63,10 @@ def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothi
 
 
 @ADVANTAGES.register("pmi_tokens")
-class PMITokens:
+class PMITokens(Advantage):
     """GRPO advantage redistributed over tokens by in-group success/failure PMI, ramped in (P-GRPO) [N, T]."""
+
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     seed = "seed 000 #22"
 
@@ -81,8 +83,8 @@ class PMITokens:
             if self.strength < 0 or self.ramp_steps < 0 or self.smoothing < 0 or self.clip <= 0:
                 raise ValueError("strength, ramp_steps and smoothing must be >= 0, clip > 0")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.count = 0  # generation batches seen
 

@@ -29,7 +29,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import compile_span, require_text, span_mask
 from rlpost.advantages.term_advantage import term_advantages
@@ -44,11 +44,11 @@ class Route:
 
 
 @ADVANTAGES.register("routed")
-class Routed:
+class Routed(Advantage):
     """Per-reward GRPO advantages, each routed to its own token span (tags or regex) [N, T]."""
 
     seed = "seed 000 #11"
-    requires = {"token_text"}
+    requires = frozenset({"token_text"})
 
     @dataclass(frozen=True)
     class Config:
@@ -68,8 +68,8 @@ class Routed:
             if self.unrouted not in ("combined", "zero"):
                 raise ValueError(f"Unknown unrouted {self.unrouted!r}. Valid choices: combined, zero.")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.patterns = [compile_span(r.span) for r in self.cfg.routes]
         self.index: list[int] | None = None  # column of each route's term

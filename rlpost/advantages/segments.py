@@ -30,7 +30,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import require_text, stage_index
 from rlpost.advantages.term_advantage import term_advantages
@@ -46,11 +46,11 @@ class StageTerm:
 
 
 @ADVANTAGES.register("segments")
-class Segments:
+class Segments(Advantage):
     """Global coherence advantage on every token plus each stage's local advantage on its own tokens [N, T]."""
 
     seed = "seed 000 #10"
-    requires = {"token_text"}
+    requires = frozenset({"token_text"})
 
     @dataclass(frozen=True)
     class Config:
@@ -69,8 +69,8 @@ class Segments:
                 if item.stage not in self.stages:
                     raise ValueError(f"local[{i}].stage={item.stage!r} is not in stages {list(self.stages)}")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.local: dict[int, int] | None = None  # stage index -> term column
         self.global_cols: list[int] = []

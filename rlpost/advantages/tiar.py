@@ -32,7 +32,7 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.combine.grouped import term_index
 from rlpost.errors import ConfigError
@@ -40,7 +40,7 @@ from rlpost.schema import Range
 
 
 @ADVANTAGES.register("tiar")
-class TIAR:
+class TIAR(Advantage):
     """GRPO on a ternary reward whose abstention value follows the group's confidence (TIAR)."""
 
     seed = "seed 004 #7"
@@ -60,8 +60,8 @@ class TIAR:
                     f"Unknown confidence {self.confidence!r}. Valid choices: correct_frac, answered_accuracy."
                 )
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.index: int | None = None
         self.weight = 1.0
@@ -70,10 +70,10 @@ class TIAR:
     def bind(self, names: list[str], funcs: list, weights: torch.Tensor) -> None:
         j = term_index(names, self.cfg.term, "algorithm.advantage.term")
         func = funcs[j]
-        if getattr(func, "registry_name", None) != "ternary_abstention":
+        if func.registry_name != "ternary_abstention":
             raise ConfigError(
                 f"algorithm.advantage.term={self.cfg.term!r} must be a ternary_abstention reward "
-                f"(it is {getattr(func, 'registry_name', type(func).__name__)!r})."
+                f"(it is {func.registry_name!r})."
             )
         self.index, self.weight = j, float(weights[j])
         self.values = (func.cfg.correct, func.cfg.abstain, func.cfg.wrong)

@@ -30,14 +30,14 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
 
 @COMBINERS.register("decoupled")
-class Decoupled:
+class Decoupled(Combine):
     """Task and style reward terms group-normalized separately, then added (CRPO)."""
 
     seed = "seed 004 #8"
@@ -54,8 +54,8 @@ class Decoupled:
             if self.scale not in ("group", "none"):
                 raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, none.")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.style: list[int] | None = None  # column indices, set by bind()
 
     def bind(self, names: list[str]) -> None:

@@ -30,14 +30,16 @@ from typing import Annotated
 
 import torch
 
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import nan_weighted_sum
 from rlpost.schema import Range
 
 
 @COMBINERS.register("focal")
-class Focal:
+class Focal(Combine):
     """Weighted sum whose weights move toward the criteria furthest from saturation."""
+
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     @dataclass(frozen=True)
     class Config:
@@ -59,7 +61,7 @@ class Focal:
                 raise ValueError("low and high need one value each, or one value per reward term")
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.saturation: torch.Tensor | None = None  # [R]
 
     def bounds(self, r: int) -> tuple[torch.Tensor, torch.Tensor]:

@@ -34,13 +34,13 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.schema import Range
 
 
 @COMBINERS.register("odrpo")
-class ODRPO:
+class ODRPO(Combine):
     """Ordinal decomposition of a discrete score: group advantages per threshold 1[s >= k], summed."""
 
     seed = "seed 004 #25"
@@ -62,8 +62,8 @@ class ODRPO:
             if self.scale not in ("group", "none"):
                 raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, none.")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.index: int | None = None  # column of cfg.term, set by bind()
 
     def bind(self, names: list[str]) -> None:

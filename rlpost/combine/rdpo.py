@@ -43,7 +43,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, Combine
 from rlpost.schema import Range
 
 
@@ -69,7 +69,7 @@ def whitener(cov: torch.Tensor, eps: float, min_eigenvalue: float) -> torch.Tens
 
 
 @COMBINERS.register("rdpo")
-class RDPO:
+class RDPO(Combine):
     """Per-group magnitude-aware quantile normalization, Mahalanobis whitening of the active columns, weighted sum."""
 
     seed = "seed 004 #22"
@@ -89,9 +89,6 @@ class RDPO:
                 raise ValueError(f"Unknown covariance {self.covariance!r}. Valid choices: batch, group.")
             if self.eps < 0 or self.min_eigenvalue < 0:
                 raise ValueError("eps and min_eigenvalue must be >= 0")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def normalized(self, reward_terms: torch.Tensor, g: int) -> tuple[torch.Tensor, torch.Tensor]:
         """reward_terms [N, R] -> (u [K, G, R] magnitude-aware quantiles, active [K, R] bool)."""

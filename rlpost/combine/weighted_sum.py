@@ -12,19 +12,16 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, Combine
 
 
 @COMBINERS.register("weighted_sum")
-class WeightedSum:
+class WeightedSum(Combine):
     """Weighted sum of the reward terms; NaN terms are skipped, all-NaN rows stay NaN."""
 
     @dataclass(frozen=True)
     class Config:
         nan_as_zero: bool = False  # score an all-NaN (unscorable) row 0 instead of NaN
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def __call__(
         self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int

@@ -29,13 +29,22 @@ from typing import Annotated
 
 import torch
 
-from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
+from rlpost.corrections.base import (
+    CORRECTIONS,
+    Correction,
+    CorrectionInputs,
+    CorrectionSettings,
+    fraction,
+    weight_metrics,
+)
 from rlpost.schema import Range
 
 
 @CORRECTIONS.register("acrl")
-class AdaptiveControl:
+class AdaptiveControl(Correction):
     """ACRL: a token gate |log pi - log mu| <= tau, tau adapted so the admitted discrepancy stays in a band."""
+
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
@@ -56,8 +65,8 @@ class AdaptiveControl:
             if self.gain <= 0:
                 raise ValueError(f"gain={self.gain} must be > 0")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.tau = self.cfg.tau_init
         self.updates = 0
         self.last_discrepancy = float("nan")

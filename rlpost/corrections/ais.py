@@ -30,7 +30,14 @@ from typing import Annotated
 
 import torch
 
-from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, masked_mean, weight_metrics
+from rlpost.corrections.base import (
+    CORRECTIONS,
+    Correction,
+    CorrectionInputs,
+    CorrectionSettings,
+    masked_mean,
+    weight_metrics,
+)
 from rlpost.schema import Range
 
 EPS = 1e-12
@@ -63,7 +70,7 @@ def ais_coefficient(
 
 
 @CORRECTIONS.register("ais")
-class AdaptiveIS:
+class AdaptiveIS(Correction):
     """AIS: weight (1 - lambda) + lambda * min(pi/mu, cap), lambda from reliability x severity x variance per batch."""
 
     @dataclass(frozen=True)
@@ -74,9 +81,6 @@ class AdaptiveIS:
         def __post_init__(self):
             if self.cap <= 0 or self.kl_scale <= 0:
                 raise ValueError(f"need cap > 0 and kl_scale > 0, got cap={self.cap}, kl_scale={self.kl_scale}")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
         log_ratio = x.log_ratio

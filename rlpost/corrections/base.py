@@ -1,4 +1,4 @@
-"""The correction Protocol, its registry, and the inputs every correction reads.
+"""The correction base class, its registry, and the inputs every correction reads.
 
 A correction turns the log-probs of the rollout tokens under the *training* policy
 (``train_logps``: the fp32 trainer at generation time) and under the *behaviour* policy that
@@ -15,11 +15,15 @@ replaces both at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, Protocol
+from typing import TYPE_CHECKING, Literal
 
 import torch
 
+from rlpost.component import Component
 from rlpost.registry import Registry
+
+if TYPE_CHECKING:
+    from rlpost.models import ModelConfig
 
 
 @dataclass(frozen=True)
@@ -48,15 +52,28 @@ class CorrectionInputs:
         return (self.train_logps - self.behaviour_logps) * self.mask
 
 
-class Correction(Protocol):
-    """Per-token loss weights from the train/behaviour log-probs, and float metrics."""
+class Correction(Component):
+    """Per-token loss weights from the train/behaviour log-probs, and float metrics.
 
-    Config: type
+    Optional members: ``peer`` / ``peer_per_group`` (below); ``check_run``, ``describe``,
+    ``state_dict``, ...: ``Component``.
+    """
 
-    def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]: ...
+    @dataclass(frozen=True)
+    class Config(CorrectionSettings):
+        """Only the rollout side (a correction with settings extends ``CorrectionSettings``)."""
+
+    cfg: CorrectionSettings
+    # a second model that samples some completions of every group (f_tis); None: only the policy samples
+    peer: ModelConfig | None = None
+    peer_per_group: int = 0  # completions per group the peer samples (0 without a peer)
+
+    def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """Train/behaviour log-probs [N, T] -> loss weights [N, T] or [N, 1], and float metrics."""
+        raise NotImplementedError
 
 
-CORRECTIONS: Registry[Correction] = Registry("correction")
+CORRECTIONS: Registry[Correction] = Registry("correction", Correction)
 
 
 def masked_mean(x: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

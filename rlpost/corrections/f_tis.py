@@ -29,7 +29,14 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
+from rlpost.corrections.base import (
+    CORRECTIONS,
+    Correction,
+    CorrectionInputs,
+    CorrectionSettings,
+    fraction,
+    weight_metrics,
+)
 from rlpost.errors import ConfigError
 from rlpost.model_options import named_model_config
 from rlpost.schema import Range
@@ -43,7 +50,7 @@ def sample_kl(x: CorrectionInputs) -> torch.Tensor:
 
 
 @CORRECTIONS.register("f_tis")
-class FilteredTruncatedIS:
+class FilteredTruncatedIS(Correction):
     """F-TIS: truncated pi/mu per token, samples with KL(mu || pi) > max_kl dropped; peer models may join groups."""
 
     @dataclass(frozen=True)
@@ -61,8 +68,8 @@ class FilteredTruncatedIS:
             if self.peer_per_group < 1:
                 raise ValueError(f"peer_per_group={self.peer_per_group} must be >= 1")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.peer = (
             None
             if self.cfg.peer_model is None

@@ -16,13 +16,20 @@ from typing import Annotated, Literal
 
 import torch
 
-from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings, fraction, weight_metrics
+from rlpost.corrections.base import (
+    CORRECTIONS,
+    Correction,
+    CorrectionInputs,
+    CorrectionSettings,
+    fraction,
+    weight_metrics,
+)
 from rlpost.corrections.tis import importance_ratio
 from rlpost.schema import Range
 
 
 @CORRECTIONS.register("mis")
-class MaskedIS:
+class MaskedIS(Correction):
     """Masked importance sampling: loss x pi/mu, tokens (or sequences) with pi/mu outside [low, high] dropped."""
 
     @dataclass(frozen=True)
@@ -34,9 +41,6 @@ class MaskedIS:
         def __post_init__(self):
             if not 0 <= self.low < self.high:
                 raise ValueError(f"need 0 <= low < high, got low={self.low}, high={self.high}")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
         ratio = importance_ratio(x, self.cfg.level)

@@ -11,19 +11,16 @@ from dataclasses import dataclass
 
 import torch
 
-from rlpost.corrections.base import CORRECTIONS, CorrectionInputs, CorrectionSettings
+from rlpost.corrections.base import CORRECTIONS, Correction, CorrectionInputs, CorrectionSettings
 
 
 @CORRECTIONS.register("none")
-class NoCorrection:
+class NoCorrection(Correction):
     """No correction: the policy loss is not re-weighted (mismatch is still measured when rollouts differ)."""
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
         pass
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """Weights of exactly 1, [N, 1]; the trainer does not even apply them."""

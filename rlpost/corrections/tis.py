@@ -21,6 +21,7 @@ import torch
 
 from rlpost.corrections.base import (
     CORRECTIONS,
+    Correction,
     CorrectionInputs,
     CorrectionSettings,
     fraction,
@@ -37,7 +38,7 @@ def importance_ratio(x: CorrectionInputs, level: str) -> torch.Tensor:
 
 
 @CORRECTIONS.register("tis")
-class TruncatedIS:
+class TruncatedIS(Correction):
     """Truncated importance sampling: loss x min(pi/mu, cap), per token or per sequence."""
 
     @dataclass(frozen=True)
@@ -48,9 +49,6 @@ class TruncatedIS:
         def __post_init__(self):
             if self.cap <= 0:
                 raise ValueError(f"cap={self.cap} must be > 0")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
         ratio = importance_ratio(x, self.cfg.level)

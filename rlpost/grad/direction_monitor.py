@@ -37,15 +37,17 @@ from typing import Annotated, Any, Literal
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.grad.base import GRAD_TRANSFORMS
+from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, directional_change, kept_energy, tracked_top_singular
 from rlpost.grad.trusted_projection import check_compatible, no_gradients_message
 from rlpost.schema import Range
 
 
 @GRAD_TRANSFORMS.register("direction_monitor")
-class DirectionMonitor:
+class DirectionMonitor(GradTransform):
     """Log the directional change of the update's top singular directions vs a clean reference (no grad change)."""
+
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     seed = "seed 004 #10"
 
@@ -59,8 +61,8 @@ class DirectionMonitor:
             if self.every < 1:
                 raise ValueError(f"every must be >= 1, got {self.every}")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.reference = Reference(self.cfg, keep_start=self.cfg.update == "cumulative")
         self.previous: dict[str, torch.Tensor] = {}  # update=step: the parameters at the last call
         self.warm: dict[str, torch.Tensor] = {}  # update=cumulative: last randomized-SVD basis per matrix

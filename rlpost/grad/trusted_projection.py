@@ -51,7 +51,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.grad.base import GRAD_TRANSFORMS
+from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, project_
 from rlpost.schema import Range
 
@@ -69,8 +69,10 @@ def check_compatible(hardware: Any, component: str = "trusted_projection") -> No
 
 
 @GRAD_TRANSFORMS.register("trusted_projection")
-class TrustedProjection:
+class TrustedProjection(GradTransform):
     """Project gradients onto the top singular directions of a clean reference update (per matrix)."""
+
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     seed = "seed 004 #10"
 
@@ -85,8 +87,8 @@ class TrustedProjection:
             if not 0.0 < self.strength <= 1.0:
                 raise ValueError(f"strength must be in (0, 1], got {self.strength}")
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.reference = Reference(self.cfg)
 
     @torch.no_grad()

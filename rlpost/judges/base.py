@@ -1,4 +1,4 @@
-"""The judge Protocol, its registry, and what every backend shares: verdict parsing, the failure
+"""The judge base class, its registry, and what every backend shares: verdict parsing, the failure
 outcome, failure counting and the on-disk response cache.
 
 A judge maps judge prompts ``[M]`` (full texts, built by the reward that uses it) to scores ``[M]``
@@ -35,8 +35,9 @@ import re
 import tempfile
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
+from rlpost.component import Component
 from rlpost.errors import ConfigError
 from rlpost.registry import Registry
 from rlpost.schema import build_config, check_paths, key_path, to_container
@@ -53,17 +54,6 @@ ANSWER_FORMAT = {  # what the reward appends to a judge prompt, per verdict mode
 
 class JudgeError(RuntimeError):
     """A judge failed and its ``on_failure`` is ``abort``."""
-
-
-class Judge(Protocol):
-    Config: type
-    mode: str
-    stats: dict[str, int]
-
-    def score(self, prompts: list[str]) -> list[float | None]: ...
-
-
-JUDGES: Registry[Judge] = Registry("judge")
 
 
 def build_judge(node: Mapping[str, Any] | None, where: str) -> Judge:
@@ -142,7 +132,7 @@ def default_cache_path() -> Path:
     return cache_dir() / "judge"
 
 
-class JudgeBase:
+class Judge(Component):
     """Cache lookup, failure outcome and counting around a backend's ``_judge(prompts)``.
 
     ``_judge`` returns, per prompt, a score in [0, 1] or an ``Exception`` saying why it failed.
@@ -152,7 +142,7 @@ class JudgeBase:
     cache: DiskCache | None = None
 
     def __init__(self, cfg: Any):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.mode = cfg.mode
         self.stats = {"calls": 0, "failures": 0, "cache_hits": 0}
 
@@ -189,12 +179,13 @@ class JudgeBase:
         return [fill if isinstance(r, Exception) else r for r in results]
 
 
+JUDGES: Registry[Judge] = Registry("judge", Judge)
+
 __all__ = [
     "ANSWER_FORMAT",
     "JUDGES",
     "DiskCache",
     "Judge",
-    "JudgeBase",
     "JudgeError",
     "build_judge",
     "parse_scale",

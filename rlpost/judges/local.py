@@ -21,13 +21,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from rlpost.judges.base import JUDGES, DiskCache, JudgeBase, check_common, default_cache_path, parse_scale
+from rlpost.judges.base import JUDGES, DiskCache, Judge, check_common, default_cache_path, parse_scale
 from rlpost.models import ModelConfig
 from rlpost.schema import Range
 
 
 @JUDGES.register("local")
-class LocalJudge(JudgeBase):
+class LocalJudge(Judge):
     """A local causal LM (any rlpost model config) as a batched yes/no or 1-10 judge."""
 
     name = "local"

@@ -36,7 +36,7 @@ from rlpost.errors import ConfigError
 from rlpost.judges.base import (
     JUDGES,
     DiskCache,
-    JudgeBase,
+    Judge,
     check_common,
     default_cache_path,
     parse_scale,
@@ -51,7 +51,7 @@ class Malformed(ValueError):
 
 
 @JUDGES.register("openai")
-class OpenAIJudge(JudgeBase):
+class OpenAIJudge(Judge):
     """An OpenAI-compatible chat endpoint as a yes/no or 1-10 judge (HTTP, retries, cache)."""
 
     name = "openai"

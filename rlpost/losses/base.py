@@ -1,4 +1,4 @@
-"""The policy-loss Protocol, its registry, and the inputs every loss reads.
+"""The policy-loss base class, its registry, and the inputs every loss reads.
 
 A loss returns a per-token loss ``[B, T]`` (or ``[B, 1]``, broadcast over tokens); the trainer adds
 the regularizers and then applies exactly one aggregation (see ``aggregation.py``).
@@ -7,10 +7,11 @@ the regularizers and then applies exactly one aggregation (see ``aggregation.py`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 import torch
 
+from rlpost.component import Component
 from rlpost.registry import Registry
 
 
@@ -32,12 +33,16 @@ class LossInputs:
         return float((x * self.mask).sum() / self.mask.sum().clamp(min=1.0))
 
 
-class PolicyLoss(Protocol):
-    """Per-token policy loss and float metrics (already reduced, for logging)."""
+class PolicyLoss(Component):
+    """Per-token policy loss and float metrics (already reduced, for logging).
 
-    Config: type
+    Optional members (``score_rollouts`` for inputs from another model, ``check_run``, ``describe``,
+    ...): ``Component``.
+    """
 
-    def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """One micro-batch -> per-token loss [B, T] (or [B, 1]) and float metrics."""
+        raise NotImplementedError
 
 
-LOSSES: Registry[PolicyLoss] = Registry("loss")
+LOSSES: Registry[PolicyLoss] = Registry("loss", PolicyLoss)

@@ -29,13 +29,13 @@ from typing import Annotated
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
-from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d
 from rlpost.schema import Range
 
 
 @LOSSES.register("cispo")
-class CISPO:
+class CISPO(PolicyLoss):
     """CISPO: REINFORCE weighted by the clipped, stop-gradient importance ratio."""
 
     @dataclass(frozen=True)
@@ -46,9 +46,6 @@ class CISPO:
         def __post_init__(self) -> None:
             if self.epsilon_high <= 0:
                 raise ValueError(f"epsilon_high must be > 0, got {self.epsilon_high}")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps [B, T], advantages [B, 1] or [B, T] -> per-token loss [B, T], metrics."""

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
-from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.diagnostics import or_diagnostics
 from rlpost.schema import Range
 
@@ -103,7 +103,7 @@ def describe_clip(cfg: Any, ratio: str) -> str:
 
 
 @LOSSES.register("clip")
-class Clip:
+class Clip(PolicyLoss):
     """PPO/GRPO clipped surrogate on the per-token ratio pi/pi_old (clip-higher, dual clip, two-sided cap)."""
 
     @dataclass(frozen=True)
@@ -116,9 +116,6 @@ class Clip:
 
         def __post_init__(self) -> None:
             check_clip_fields(self)
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps [B, T], advantages [B, 1] or [B, T] -> per-token loss [B, T], metrics."""

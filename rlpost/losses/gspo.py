@@ -27,7 +27,7 @@ from typing import Annotated
 
 import torch
 
-from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d, check_clip_fields, clipped_surrogate, describe_clip
 from rlpost.schema import Range
 
@@ -39,7 +39,7 @@ def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch
 
 
 @LOSSES.register("gspo")
-class GSPO:
+class GSPO(PolicyLoss):
     """GSPO: clipped surrogate on the sequence-level (length-normalized) importance ratio."""
 
     @dataclass(frozen=True)
@@ -53,9 +53,6 @@ class GSPO:
 
         def __post_init__(self) -> None:
             check_clip_fields(self)
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps, mask [B, T], advantages [B, 1] -> loss [B, 1] (broadcast over tokens), metrics."""

@@ -43,14 +43,14 @@ from typing import Annotated
 
 import torch
 
-from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d
 from rlpost.losses.diagnostics import direction, or_diagnostics
 from rlpost.schema import Range
 
 
 @LOSSES.register("output_reset")
-class OutputReset:
+class OutputReset(PolicyLoss):
     """Output Reset: one-sided squared-margin loss on the token log-ratio, direction = sign(A)."""
 
     seed = "seed 000 #29"
@@ -66,9 +66,6 @@ class OutputReset:
         def __post_init__(self) -> None:
             if self.margin_high <= 0 or self.margin_low <= 0:
                 raise ValueError(f"margin_high and margin_low must be > 0, got {self.margin_high}, {self.margin_low}")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps [B, T], advantages [B, 1] or [B, T] -> per-token loss [B, T], metrics."""

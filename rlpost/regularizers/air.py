@@ -60,14 +60,14 @@ from rlpost.advantages.group_norm import nanstd
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.air_sampler import IntentBatchSampler
-from rlpost.regularizers.base import REGULARIZERS
+from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.schema import Range
 
 KEYS = ("air_weight", "air_gap", "air_open", "air_anchored")  # the [N] tensors prepare() returns
 
 
 @REGULARIZERS.register("air")
-class AIR:
+class AIR(Regularizer):
     """Anchor Invariance Regularization: open-ended variants pulled toward their anchors' reward (stop-grad)."""
 
     seed = "seed 004 #14"
@@ -94,9 +94,6 @@ class AIR:
                 raise ValueError(f"Unknown scale {self.scale!r}. Valid choices: group, none.")
             if self.anchor_value == self.open_value:
                 raise ValueError("anchor_value and open_value must differ")
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def is_anchor(self, value: Any, where: str) -> bool:
         if value == self.cfg.anchor_value:

@@ -1,21 +1,29 @@
-"""The regularizer Protocol and its registry: extra per-token loss terms added before aggregation."""
+"""The regularizer base class and its registry: extra per-token loss terms added before aggregation."""
 
 from __future__ import annotations
 
-from typing import Protocol
-
 import torch
 
+from rlpost.advantages.base import GroupBatch
+from rlpost.component import Component
 from rlpost.losses.base import LossInputs
 from rlpost.registry import Registry
 
 
-class Regularizer(Protocol):
-    """Returns a per-token term ``[B, T]`` (already multiplied by its coefficient) and metrics."""
+class Regularizer(Component):
+    """Returns a per-token term ``[B, T]`` (already multiplied by its coefficient) and metrics.
 
-    Config: type
+    Optional members: ``prepare`` (below); ``sampler``, ``check_run``, ``describe``, ...: ``Component``.
+    """
 
-    def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]: ...
+    def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
+        """One micro-batch -> per-token term [B, T] (or [B, 1]) and float metrics."""
+        raise NotImplementedError
+
+    def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
+        """At scoring time, on the whole gathered generation batch: per-completion tensors ``[N]`` that the
+        trainer slices to this process and puts into the loss batch under their keys (``{}``: none)."""
+        return {}
 
 
-REGULARIZERS: Registry[Regularizer] = Registry("regularizer")
+REGULARIZERS: Registry[Regularizer] = Registry("regularizer", Regularizer)

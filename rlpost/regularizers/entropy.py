@@ -24,20 +24,17 @@ import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
-from rlpost.regularizers.base import REGULARIZERS
+from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.schema import Range
 
 
 @REGULARIZERS.register("entropy")
-class Entropy:
+class Entropy(Regularizer):
     """Entropy bonus: per-token -coef * H(pi_theta), aggregated like the policy loss."""
 
     @dataclass(frozen=True)
     class Config:
         coef: Annotated[float, Range(ge=0)] = 0.001  # weight of the entropy bonus (loss term -coef * H per token)
-
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """entropies [B, T] -> per-token term -coef * entropies [B, T], metrics."""

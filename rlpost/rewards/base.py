@@ -1,29 +1,52 @@
-"""The reward Protocol and its registry.
+"""The reward base class and its registry.
 
-A reward is any callable with TRL's reward-function signature::
+A reward is a callable with TRL's reward-function signature::
 
     reward(prompts: list, completions: list, completion_ids: list, **row_columns) -> list[float | None]
 
 so an existing TRL reward function plugs in unchanged (``reward.terms=[{name: callable,
-params: {path: my_pkg.my_reward}}]``). A registered rlpost reward is a class with a nested
-``Config``; an instance is such a callable. ``None`` means "not applicable to this sample".
+params: {path: my_pkg.my_reward}}]``, rewards/callable.py). A registered rlpost reward is a
+``Reward`` subclass with a nested ``Config``; an instance is such a callable. ``None`` means "not
+applicable to this sample".
 """
 
 from __future__ import annotations
 
-from typing import Any, Protocol
+from typing import Any, ClassVar
 
+from rlpost.component import Component
 from rlpost.registry import Registry
 from rlpost.schema import FieldError
 
 
-class Reward(Protocol):
-    Config: type
+class Reward(Component):
+    """One reward term: TRL's reward-function signature, one value (or None) per completion.
 
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]: ...
+    Optional members, each with its default below; ``check_run``, ``describe``, ``state_dict``, ...:
+    ``Component``.
+    """
+
+    # scores a completion against the other completions of its prompt (rewards/group.py): the
+    # trainer sets ``group_size`` before each call; the failure guard never retries it per sample
+    is_group_reward: ClassVar[bool] = False
+    group_size: int | None = None  # G, set by the trainer for group rewards (None: runs of equal prompts)
+    learning: bool = False  # set by the trainer: True while scoring a training batch (online rewards learn then)
+    # extra rollout columns the trainer adds to the reward inputs: "logprob" -> rlpost_logprob [N],
+    # each completion's mean token log-prob under the rollout policy
+    rollout_fields: tuple[str, ...] = ()
+
+    def __init__(self, cfg: Component.Config) -> None:
+        super().__init__(cfg)
+        # TRL logs a reward function under its __name__; reward_terms.build_reward_terms sets the term
+        # name (``format_2`` for a repeated term), else it is the registry name
+        self.__name__ = self.registry_name
+
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
+        """Prompts [N], completions [N] and the batch's dataset columns -> one reward (or None) per completion."""
+        raise NotImplementedError
 
 
-REWARDS: Registry[Reward] = Registry("reward")
+REWARDS: Registry[Reward] = Registry("reward", Reward)
 
 
 def completion_text(completion: Any) -> str:
@@ -74,3 +97,18 @@ def column(kwargs: dict[str, Any], name: str, n: int, reward: str) -> list[Any]:
     if len(values) != n:
         raise ValueError(f"reward {reward!r}: column {name!r} has {len(values)} values for {n} completions")
     return values
+
+
+def answers_and_references(reward: Reward, completions: list, kwargs: dict) -> list[tuple[str, list[str]] | None]:
+    """completions [N] + the reference column ``reward.cfg.column`` [N] -> (answer, references) per sample,
+    None without a reference; the answer is stripped of ``<think>`` when ``reward.cfg.strip_think``
+    (token_f1, chrf, bleu). A list-valued reference is several references."""
+    refs = column(kwargs, reward.cfg.column, len(completions), reward.registry_name)
+    out: list[tuple[str, list[str]] | None] = []
+    for completion, ref in zip(completions, refs):
+        if ref is None:
+            out.append(None)
+            continue
+        text = answer_text(completion, reward.cfg.strip_think)
+        out.append((text.strip(), [str(r) for r in ref] if isinstance(ref, (list, tuple)) else [str(ref)]))
+    return out

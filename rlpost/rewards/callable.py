@@ -39,7 +39,7 @@ from typing import Any
 
 from torch import nn
 
-from rlpost.rewards.base import REWARDS, ParamError
+from rlpost.rewards.base import REWARDS, ParamError, Reward
 
 
 def load_object(path: str) -> Any:
@@ -134,7 +134,7 @@ def module_of(path: str) -> str:
 
 
 @REWARDS.register("callable")
-class CallableReward:
+class CallableReward(Reward):
     """Any TRL-signature reward function, loaded by import path (``pkg.mod:func``)."""
 
     @dataclass(frozen=True)
@@ -144,7 +144,7 @@ class CallableReward:
         factory: bool = False  # call path(**kwargs) once to get the reward function
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         try:
             obj = load_object(cfg.path)
         except ImportError as err:

@@ -22,11 +22,11 @@ import re
 from dataclasses import dataclass
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, answer_text, column
+from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 
 
 @REWARDS.register("choice_or_text")
-class ChoiceOrText:
+class ChoiceOrText(Reward):
     """Multiple-choice letter on anchor rows, gold answer text on open-ended rows (AIR data)."""
 
     @dataclass(frozen=True)
@@ -46,7 +46,7 @@ class ChoiceOrText:
                 raise ValueError(f"letters must be upper-case letters, got {self.letters!r}")
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         letter = f"([{re.escape(cfg.letters)}])"
         self.leading = re.compile(rf"^[\s*\"'(\[]*{letter}(?=\s*$|[).:,\]*])")
         self.stated = re.compile(rf"(?i:answer)(?:\s+(?i:is))?\s*[:\-]?\s*[*(\[]*{letter}(?![A-Za-z0-9])")

@@ -31,7 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.sandbox import STATUSES, Outcome, execute
 from rlpost.schema import Range
 
@@ -49,7 +49,7 @@ def extract_code(text: str, how: str) -> str | None:
 
 
 @REWARDS.register("code_exec")
-class CodeExec:
+class CodeExec(Reward):
     """Fraction (or all) of the row's tests the completion's code passes, run in a limited child process."""
 
     @dataclass(frozen=True)
@@ -74,7 +74,7 @@ class CodeExec:
             )
         if cfg.workers < 1:
             raise ParamError("workers", f"must be >= 1, got {cfg.workers}")
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def run_one(self, completion: Any, tests: Any, entry_point: Any, prefix: Any) -> Outcome:
         code = extract_code(answer_text(completion, self.cfg.strip_think), self.cfg.extract)
@@ -106,7 +106,7 @@ class CodeExec:
             rewards[i] = self.reward(outcome)
         log = kwargs.get("log_metric")
         if callable(log) and outcomes:
-            label = getattr(self, "__name__", name)
+            label = self.__name__
             for status in STATUSES:
                 log(f"{label}/{status}", sum(o.status == status for o in outcomes) / len(outcomes))
             passed_all = sum(o.status == "ok" and o.total > 0 and o.passed == o.total for o in outcomes)

@@ -126,7 +126,7 @@ class CoRE(GroupReward):
             from rlpost.rewards.embeddings import minilm_folder
 
             minilm_folder()  # a missing wheel fails at build time
-        self.cfg = cfg
+        super().__init__(cfg)
         self.rollout_fields = ("logprob",) if cfg.confidence == "logprob" else ()
 
     def edges(self, answers: list[str], texts: list[str], conf: torch.Tensor) -> torch.Tensor:

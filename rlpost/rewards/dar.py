@@ -58,7 +58,7 @@ class DAR(GroupReward):
     def __init__(self, cfg: Config):
         if cfg.scale <= 0:
             raise ParamError("scale", f"must be > 0, got {cfg.scale}")
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def score_group(self, prompts: list, completions: list, rows: dict[str, list]) -> tuple[list, dict[str, float]]:
         """``completions [G]`` and their target -> rewards ``[G]``."""

@@ -103,7 +103,7 @@ class DynamicRubric(GroupReward):
             self.writer = build_writer(cfg.writer)
         except ConfigError as err:
             raise ParamError("writer", str(err).lstrip(": ")) from None
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def score_group(self, prompts: list, completions: list, rows: dict[str, list]) -> tuple[list, dict[str, float]]:
         """``completions [G]`` -> weighted item pass rates ``[G]`` in [0, 1] (None: nothing judged)."""

@@ -14,11 +14,11 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlpost.rewards.base import REWARDS, answer_text, column
+from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 
 
 @REWARDS.register("exact_match")
-class ExactMatch:
+class ExactMatch(Reward):
     """Normalized string equality of the completion and a gold column."""
 
     @dataclass(frozen=True)
@@ -27,9 +27,6 @@ class ExactMatch:
         lowercase: bool = True  # compare case-insensitively
         collapse_whitespace: bool = True  # runs of spaces/newlines count as one space
         strip_think: bool = True  # score only the text after </think>
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def normalize(self, text: str) -> str:
         text = text.strip()

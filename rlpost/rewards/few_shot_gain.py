@@ -36,7 +36,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from rlpost.models import ModelConfig
-from rlpost.rewards.base import REWARDS, ParamError, column, completion_text
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
 from rlpost.schema import Range
 
 
@@ -55,7 +55,7 @@ def zero_shot_prompt(prompt: Any, question: str) -> Any:
 
 
 @REWARDS.register("few_shot_gain")
-class FewShotGain:
+class FewShotGain(Reward):
     """Log-likelihood gain of the completion from the prompt's demonstrations under a frozen scorer LM."""
 
     @dataclass(frozen=True)
@@ -73,7 +73,7 @@ class FewShotGain:
             raise ParamError("clip", f"must be > 0, got {cfg.clip}")
         if cfg.max_length < 1:
             raise ParamError("max_length", f"must be >= 1, got {cfg.max_length}")
-        self.cfg = cfg
+        super().__init__(cfg)
         self.scorer = cfg.model  # null until check_run copies the run's model config
         self._model = self._tokenizer = None
         self._lock = threading.Lock()
@@ -138,7 +138,7 @@ class FewShotGain:
                 rewards.append(max(-self.cfg.clip, min(self.cfg.clip, self.cfg.scale * g)))
         log = kwargs.get("log_metric")
         if callable(log) and gains:
-            label = getattr(self, "__name__", self.registry_name)
+            label = self.__name__
             log(f"{label}/gain", sum(gains) / len(gains))
             log(f"{label}/clipped", sum(abs(self.cfg.scale * g) > self.cfg.clip for g in gains) / len(gains))
         return rewards

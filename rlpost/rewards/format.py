@@ -20,11 +20,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, completion_text
+from rlpost.rewards.base import REWARDS, Reward, completion_text
 
 
 @REWARDS.register("format")
-class Format:
+class Format(Reward):
     """Regex or ordered-tags format check: 1.0 if the completion has the shape, else 0.0."""
 
     @dataclass(frozen=True)
@@ -45,7 +45,7 @@ class Format:
                 raise ValueError(f"pattern {self.pattern!r} is not a valid regex: {err}") from None
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         if cfg.pattern is not None:
             source = cfg.pattern
         else:

@@ -16,8 +16,8 @@ reward column ``[N]`` that combines, logs and normalizes like any other term):
 2. It scores only the groups that overlap this process's slice (a straddling group is scored on
    both processes from the same gathered inputs; a deterministic scorer gives both the same
    values) and returns its local slice ``[B]``. On one process nothing is gathered.
-3. G comes from the trainer: ``RLPostTrainer._calculate_rewards`` sets ``group_size`` (train:
-   ``num_generations``, eval: ``num_generations_eval``) on every group reward before TRL calls it.
+3. G comes from the trainer: it sets ``group_size`` (train: ``num_generations``, eval:
+   ``num_generations_eval``) on every reward whose ``is_group_reward`` is true before TRL calls it.
    Without a trainer (plain TRL, ``rlpost eval``, unit tests) ``group_size`` is ``None`` and the
    groups are the runs of consecutive identical prompts.
 
@@ -34,6 +34,7 @@ from typing import Any
 
 import torch.distributed as dist
 
+from rlpost.rewards.base import Reward
 from rlpost.rewards.math_answer import last_number
 
 NOT_COLUMNS = ("trainer_state", "log_extra", "log_metric", "environments", "completion_ids")
@@ -61,10 +62,10 @@ def group_bounds(prompts: list, group_size: int | None) -> list[tuple[int, int]]
     return bounds
 
 
-class GroupReward:
+class GroupReward(Reward):
     """Base of group-level rewards (module docstring): gather, split into groups, score, slice."""
 
-    group_size: int | None = None  # G, set by RLPostTrainer before each call (None: runs of equal prompts)
+    is_group_reward = True  # the trainer sets group_size (G) before each call; never scored one sample at a time
 
     def score_group(self, prompts: list, completions: list, rows: dict[str, list]) -> tuple[list, dict[str, float]]:
         raise NotImplementedError(f"{type(self).__name__} must define score_group (the hook each subclass fills)")
@@ -101,7 +102,7 @@ class GroupReward:
                     metrics.setdefault(key, []).append(float(value))
         log = kwargs.get("log_metric")
         if callable(log):
-            name = getattr(self, "__name__", getattr(self, "registry_name", type(self).__name__))
+            name = self.__name__
             for key, values in metrics.items():
                 log(f"{name}/{key}", sum(values) / len(values))
         return out[offset : offset + n_local]

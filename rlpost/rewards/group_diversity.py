@@ -46,7 +46,7 @@ class GroupDiversity(GroupReward):
         if cfg.max_tokens < 1:
             raise ParamError("max_tokens", f"must be >= 1, got {cfg.max_tokens}")
         minilm_folder()  # a missing wheel fails when the run is built (ConfigError with the pip line)
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def score_group(self, prompts: list, completions: list, rows: dict[str, list]) -> tuple[list, dict[str, float]]:
         """``completions [G]`` -> dispersion rewards ``[G]`` in [0, 1]."""

@@ -21,12 +21,12 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.rewards.base import REWARDS, completion_text
+from rlpost.rewards.base import REWARDS, Reward, completion_text
 from rlpost.schema import Range
 
 
 @REWARDS.register("length")
-class Length:
+class Length(Reward):
     """Relative target-length penalty -min(1, |L - T| / T), in [-1, 0]."""
 
     @dataclass(frozen=True)
@@ -38,9 +38,6 @@ class Length:
         def __post_init__(self):
             if self.target <= 0:
                 raise ValueError(f"target must be > 0, got {self.target}")
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def lengths(self, completions: list, completion_ids: list | None) -> list[int]:
         """``L`` per completion ``[N]`` in the configured unit."""

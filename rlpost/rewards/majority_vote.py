@@ -63,7 +63,7 @@ class MajorityVote(GroupReward):
             raise ParamError("ties", f"{cfg.ties!r}; choices: first, all, none")
         if not 0.0 <= cfg.min_share <= 1.0:
             raise ParamError("min_share", f"must be in [0, 1], got {cfg.min_share}")
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def answers(self, completions: list) -> list[str | None]:
         return [extract_answer(answer_text(c, self.cfg.strip_think), self.cfg.answer) for c in completions]

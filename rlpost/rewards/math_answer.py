@@ -32,7 +32,7 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.rewards.base import REWARDS, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, Reward, column, completion_text, strip_think
 from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
@@ -60,7 +60,7 @@ def gold_number(gold: Any) -> float | None:
 
 
 @REWARDS.register("math_answer")
-class MathAnswer:
+class MathAnswer(Reward):
     """Final-answer correctness against a gold column: last number or math-verify."""
 
     @dataclass(frozen=True)
@@ -71,9 +71,6 @@ class MathAnswer:
         tolerance: Annotated[float, Range(ge=0)] = 1e-9  # relative tolerance of the numeric comparison (last_number)
         timeout_s: Annotated[int, Range(ge=1)] = 5  # math-verify timeout per parse/verify, main thread only
 
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` and the gold column ``[N]`` -> rewards ``[N]`` in {1.0, 0.0, None}."""
         golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)
@@ -82,7 +79,7 @@ class MathAnswer:
             texts = [strip_think(t) for t in texts]
         rewards = [self._score(t, g) for t, g in zip(texts, golds)]
         if callable(kwargs.get("log_extra")):
-            name = getattr(self, "__name__", self.registry_name)
+            name = self.__name__
             kwargs["log_extra"](f"{name}_gold", [str(g) for g in golds])
         return rewards
 

@@ -44,7 +44,7 @@ class PairwisePreference(GroupReward):
         max_response_chars: Annotated[int, Range(ge=1)] = 2000  # responses are cut to this many characters
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.judge = make_judge(cfg.judge, cfg.template)
         self.pairs = PairwiseJudging(self.judge, cfg.template, cfg.swap, cfg.strip_think, cfg.max_response_chars)
 

@@ -39,8 +39,7 @@ from typing import Annotated, Any
 import torch
 import torch.distributed as dist
 
-import rlpost.data  # noqa: F401  (registers the jsonl_file path kind)
-from rlpost.rewards.base import REWARDS, ParamError, column, completion_text
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
 from rlpost.schema import PathSpec, Range
 
 FEATURES = ("length", "unique_ratio", "mean_word_len", "punct_rate", "digit_rate", "newline_rate", "ends_sentence")
@@ -64,10 +63,10 @@ def features(text: str, names: tuple[str, ...], length_scale: float) -> list[flo
 
 
 @REWARDS.register("pared")
-class Pared:
+class Pared(Reward):
     """Probability, under an online logistic discriminator on response features, that a completion is a demonstration."""
 
-    learning: bool = False  # set by RLPostTrainer: update the discriminator on this (training) batch
+    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
     @dataclass(frozen=True)
     class Config:
@@ -91,7 +90,7 @@ class Pared:
             raise ParamError("demo_column", "set exactly one of demo_column and demos_path")
         if cfg.lr <= 0 or cfg.steps < 1 or cfg.length_scale <= 0 or cfg.demos_per_update < 1:
             raise ParamError("lr", "lr and length_scale must be > 0, steps and demos_per_update >= 1")
-        self.cfg = cfg
+        super().__init__(cfg)
         self.names = tuple(cfg.features)
         self.demos = self.read_demos(cfg) if cfg.demos_path else None
         self.weight = torch.zeros(len(self.names))  # w [F]
@@ -100,7 +99,7 @@ class Pared:
 
     @staticmethod
     def read_demos(cfg: Config) -> list[str]:
-        from rlpost.data import resolve_data_path
+        from rlpost.schema import resolve_data_path
 
         try:
             with open(resolve_data_path(cfg.demos_path), encoding="utf-8") as handle:
@@ -154,7 +153,7 @@ class Pared:
             self.update(demo, policy)
         log = kwargs.get("log_metric")
         if callable(log):
-            label = getattr(self, "__name__", self.registry_name)
+            label = self.__name__
             log(f"{label}/policy_prob", p_policy.mean().item())
             if len(demo):
                 log(f"{label}/demo_prob", p_demo.mean().item())

@@ -42,7 +42,7 @@ from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.schema import Range
 
 ESTIMATORS = ("judge", "heuristic", "length", "no_copy")
@@ -83,7 +83,7 @@ def no_copy_score(source: str, output: str, min_chars: int) -> float:
 
 
 @REWARDS.register("qe_lid")
-class QeLid:
+class QeLid(Reward):
     """Mean of reference-free QE estimators, times a language-identification gate, in [0, 1]."""
 
     seed = "seed 000 #1"
@@ -118,7 +118,7 @@ class QeLid:
     def __init__(self, cfg: Config):
         from lingua import LanguageDetectorBuilder
 
-        self.cfg = cfg
+        super().__init__(cfg)
         bad = [e for e in cfg.estimators if e not in ESTIMATORS]
         if bad or not cfg.estimators:
             raise ParamError("estimators", f"unknown {bad or '(empty list)'}. Valid choices: {', '.join(ESTIMATORS)}.")

@@ -67,7 +67,7 @@ class RankJudge(GroupReward):
     def __init__(self, cfg: Config):
         if cfg.mode == "anchor" and not cfg.anchor_column:
             raise ParamError("anchor_column", "mode=anchor needs the data column holding the reference responses")
-        self.cfg = cfg
+        super().__init__(cfg)
         self.judge = make_judge(cfg.judge, cfg.template)
         self.pairs = PairwiseJudging(self.judge, cfg.template, cfg.swap, cfg.strip_think, cfg.max_response_chars)
 

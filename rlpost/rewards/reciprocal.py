@@ -27,7 +27,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.math_answer import _NUMBER, gold_number
 from rlpost.schema import Range
 
@@ -47,7 +47,7 @@ def last_numbers(text: str, k: int) -> list[float] | None:
 
 
 @REWARDS.register("reciprocal")
-class Reciprocal:
+class Reciprocal(Reward):
     """1 / (1 + gap / scale): a bounded reward of the error gap to the oracle, steep near it."""
 
     @dataclass(frozen=True)
@@ -62,7 +62,7 @@ class Reciprocal:
     def __init__(self, cfg: Config):
         if cfg.scale <= 0:
             raise ParamError("scale", f"must be > 0, got {cfg.scale}")
-        self.cfg = cfg
+        super().__init__(cfg)
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` and targets ``[N]`` -> rewards ``[N]`` in (0, 1] (or ``unparsable`` / None)."""

@@ -29,7 +29,7 @@ import torch
 
 from rlpost.errors import ConfigError
 from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
-from rlpost.rewards.base import REWARDS, ParamError
+from rlpost.rewards.base import REWARDS, ParamError, Reward
 from rlpost.schema import PathSpec, Range, path_kind
 
 
@@ -44,7 +44,7 @@ def check_classifier_path(path: str, key: str, _cfg: Any) -> None:
 
 def check_classifier_folder(path: str) -> tuple[str, dict]:
     """The resolved folder and its rlpost metadata ({} when absent); ParamError on the ``path`` key."""
-    from rlpost.data import resolve_data_path
+    from rlpost.schema import resolve_data_path
 
     folder = resolve_data_path(os.path.expanduser(path))
     hint = "train one with `rlpost train-rm` (it writes <run dir>/model/)"
@@ -76,7 +76,7 @@ def check_classifier_folder(path: str) -> tuple[str, dict]:
 
 
 @REWARDS.register("reward_model")
-class RewardModel:
+class RewardModel(Reward):
     """A trained sequence classifier's scalar score of prompt + completion (batched, no grad)."""
 
     @dataclass(frozen=True)
@@ -98,7 +98,7 @@ class RewardModel:
                 raise ValueError(f"max_length={self.max_length} must be at least 8 tokens")
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.folder, meta = check_classifier_folder(cfg.path)
         self.conversational = bool(meta.get("conversational", cfg.conversational))
         self.max_length = cfg.max_length or int(meta.get("max_length", 512))

@@ -36,7 +36,7 @@ import yaml
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import REWARDS, ParamError, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text, strip_think
 from rlpost.schema import Range
 
 DEFAULT_TEMPLATE = (
@@ -58,7 +58,7 @@ class Criterion:
 def parse_rubric(source: Any, where: str = "rubric") -> list[Criterion]:
     """A rubric (file path, YAML/JSON/Python-literal text, dict or list) -> criteria [J]."""
     if isinstance(source, str):
-        from rlpost.data import resolve_data_path
+        from rlpost.schema import resolve_data_path
 
         path = resolve_data_path(source)
         if source.strip().endswith((".yaml", ".yml", ".json")) or os.path.isfile(path):
@@ -111,7 +111,7 @@ def prompt_text(prompt: Any) -> str:
 
 
 @REWARDS.register("rubric")
-class Rubric:
+class Rubric(Reward):
     """Weighted mean of per-criterion judge scores from a rubric file or a per-item rubric column."""
 
     seed = "seed 000 #6, 004 #4, 004 #11, 004 #17"
@@ -127,7 +127,7 @@ class Rubric:
         max_response_chars: Annotated[int, Range(ge=1)] = 2000  # longer responses are cut to this many characters
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         if cfg.rubric is None and cfg.rubric_column is None:
             raise ParamError("rubric", "set a rubric file, or rubric_column for per-item rubrics")
         try:

@@ -19,7 +19,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.schema import Range
 
@@ -33,7 +33,7 @@ ABSTAIN = [
 
 
 @REWARDS.register("ternary_abstention")
-class TernaryAbstention:
+class TernaryAbstention(Reward):
     """Ternary reward: correct / abstained / wrong against a gold column (abstention learning)."""
 
     seed = "seed 004 #7"
@@ -54,7 +54,7 @@ class TernaryAbstention:
                 raise ValueError(f"need wrong < abstain < correct, got {self.wrong}, {self.abstain}, {self.correct}")
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         try:
             self.patterns = [re.compile(p, re.IGNORECASE) for p in cfg.abstain_patterns]
         except re.error as err:

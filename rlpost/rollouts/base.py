@@ -1,4 +1,4 @@
-"""The rollout-strategy Protocol, its registry, and what every strategy shares.
+"""The rollout-strategy base class, its registry, and what every strategy shares.
 
 A rollout strategy (``algorithm/rollout=X``, METHODS.md section 4) changes how the group of
 completions of one prompt is produced. It wraps TRL's generation (``GRPOTrainer._generate``) in
@@ -28,8 +28,11 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
+import torch
+
+from rlpost.component import Component
 from rlpost.registry import Registry
 
 NATURAL = "natural"
@@ -180,12 +183,22 @@ def with_user_text(prompt: Any, text: str) -> Any:
     return [*prompt[:last], {**prompt[last], "content": text}, *prompt[last + 1 :]]
 
 
-class RolloutStrategy(Protocol):
-    """Produces the B rows of a generation batch (each prompt's group of G) from the prompts [B]."""
+class RolloutStrategy(Component):
+    """Produces the B rows of a generation batch (each prompt's group of G) from the prompts [B].
 
-    Config: type
+    Optional members: ``adjust_rewards`` (below); ``check_run``, ``describe``, ...: ``Component``.
+    """
 
-    def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts: ...
+    def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
+        """Prompts [B] (each prompt G times in a row) -> the B rows, each with its kind."""
+        raise NotImplementedError
+
+    def adjust_rewards(
+        self, rewards: torch.Tensor, kinds: list[str], rows: list[dict], completions: list, group_size: int
+    ) -> tuple[torch.Tensor, dict[str, float]]:
+        """Combined rewards [N] of a training batch, each row's kind, dataset row and completion [N], G ->
+        adjusted rewards [N] and float metrics; runs right after ``combine``. Default: unchanged, no metrics."""
+        return rewards, {}
 
 
-ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout")
+ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout", RolloutStrategy)

@@ -33,7 +33,7 @@ from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
-from rlpost.rollouts.base import RolloutContext, Rollouts, user_text, with_user_text
+from rlpost.rollouts.base import RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 from rlpost.schema import Range
 
 KIND = "conditioned"
@@ -69,13 +69,13 @@ def revise_prompt(prompt: Any, attempt: str | None, note: str) -> Any:
     return f"{prompt}{attempt}\n\n{note}\n"
 
 
-class ConditionedRollout:
+class ConditionedRollout(RolloutStrategy):
     """Base of the conditioned-rollout variants: natural rows, conditioned rows, backfill."""
 
     Config = ConditionedConfig
 
-    def __init__(self, cfg: Any):
-        self.cfg = cfg
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.last: dict[int, Request] = {}  # row -> the request whose z fills it (for logs and tests)
 
     def check_run(self, run: Any) -> None:

@@ -27,10 +27,9 @@ import os
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-import rlpost.data  # noqa: F401  (registers the jsonl_file path kind)
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
-from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text, with_user_text
+from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 from rlpost.rollouts.side_model import SideModel
 from rlpost.schema import PathSpec, Range
 
@@ -39,7 +38,7 @@ TEMPLATE = "{prompt}\n\nA draft solution (it may be wrong):\n{draft}\n\nNow solv
 
 def read_drafts(path: str, file_key: str) -> dict[str, str]:
     """The drafts file -> {key: draft}; ConfigError naming the line on bad input."""
-    from rlpost.data import resolve_data_path
+    from rlpost.schema import resolve_data_path
 
     drafts: dict[str, str] = {}
     if not os.path.isfile(resolve_data_path(path)):
@@ -62,7 +61,7 @@ def read_drafts(path: str, file_key: str) -> dict[str, str]:
 
 
 @ROLLOUTS.register("draft_injection")
-class DraftInjection:
+class DraftInjection(RolloutStrategy):
     """Drafts (file or draft model) in the learner's context, matched to the problem or shuffled."""
 
     @dataclass(frozen=True)
@@ -88,7 +87,7 @@ class DraftInjection:
                 raise ValueError("template must contain {prompt} and {draft}")
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.drafts = read_drafts(cfg.path, cfg.file_key) if cfg.source == "file" else None
         self.side = SideModel(cfg.model, cfg.draft_max_tokens, cfg.draft_temperature) if cfg.model else None
         self.last: list[tuple[str | None, str | None]] = []  # per row: (draft, the key it was written for)

@@ -36,7 +36,7 @@ import torch
 from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
 from rlpost.rewards.ternary_abstention import ABSTAIN
-from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, completion_like
+from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
 from rlpost.schema import Range
 
 KIND = "forced_refusal"
@@ -62,7 +62,7 @@ def is_true(value: Any) -> bool:
 
 
 @ROLLOUTS.register("forced_refusal")
-class ForcedRefusal:
+class ForcedRefusal(RolloutStrategy):
     """RC-GRPO: force refusals into groups of unanswerable prompts; penalize refusing answerable ones."""
 
     @dataclass(frozen=True)
@@ -89,7 +89,7 @@ class ForcedRefusal:
                     raise ValueError(f"patterns: bad regex {p!r}: {err}") from None
 
     def __init__(self, cfg: Config):
-        self.cfg = cfg
+        super().__init__(cfg)
         self.patterns = [re.compile(p, re.IGNORECASE) for p in cfg.patterns]
         self._norm_refusal = self._norm(cfg.refusal)
 

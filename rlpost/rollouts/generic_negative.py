@@ -29,7 +29,7 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, completion_like
+from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
 from rlpost.schema import Range
 
 KIND = "generic_negative"
@@ -53,7 +53,7 @@ def negative_baseline_rewards(
 
 
 @ROLLOUTS.register("generic_negative")
-class GenericNegative:
+class GenericNegative(RolloutStrategy):
     """CRPO: a generic response in every group, rewarded below the group's worst natural rollout."""
 
     @dataclass(frozen=True)
@@ -69,9 +69,6 @@ class GenericNegative:
                 raise ValueError("responses must be a non-empty list of non-empty strings")
             if self.count < 1 or (self.margin is not None and self.margin < 0):
                 raise ValueError("need count >= 1 and margin >= 0 (or null)")
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def check_run(self, run: Any) -> None:
         g = run.settings.train.num_generations

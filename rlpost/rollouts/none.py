@@ -4,19 +4,16 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts
+from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy
 
 
 @ROLLOUTS.register("none")
-class PlainRollout:
+class PlainRollout(RolloutStrategy):
     """TRL's plain sampling: G independent completions per prompt (no strategy)."""
 
     @dataclass(frozen=True)
     class Config:
         pass
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
         return ctx.generate(prompts)

@@ -24,6 +24,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
+from rlpost.component import Component
 from rlpost.losses.kl import kl_estimate
 from rlpost.safety.config import SafetySettings, check_safety
 from rlpost.safety.fp32_updates import MasterWeights
@@ -36,11 +37,14 @@ from rlpost.safety.whiten import RewardWhitener
 log = logging.getLogger("rlpost.safety")
 
 
-class SafetyKit:
+class SafetyKit(Component):
     """See the module docstring; a no-op when every mechanism is off."""
 
-    def __init__(self, cfg: SafetySettings | None = None):
-        self.cfg = cfg if cfg is not None else SafetySettings()
+    Config = SafetySettings
+    stateful = True  # whitening statistics, rule counters and fp32 masters travel with every checkpoint
+
+    def __init__(self, cfg: SafetySettings):
+        super().__init__(cfg)
         self.whitener = RewardWhitener(self.cfg.whiten_rewards.eps) if self.cfg.whiten_rewards.enabled else None
         self.rules = RollbackRules(self.cfg.rollback)
         self.nonfinite = NonFiniteGuard(self.cfg.nonfinite.rollback_after if self.cfg.nonfinite.enabled else 0)
@@ -57,7 +61,10 @@ class SafetyKit:
     def check_run(self, run) -> None:  # called by build.check_run for every component
         check_safety(run)
 
-    def describe(self) -> list[str]:
+    def describe(self) -> str:
+        return "; ".join(self.describe_lines()) or "every mechanism off"
+
+    def describe_lines(self) -> list[str]:
         """One line per mechanism that is on (``rlpost show``)."""
         c, rb, lines = self.cfg, self.cfg.rollback, []
         if c.fp32_updates:

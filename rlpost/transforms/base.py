@@ -1,4 +1,4 @@
-"""The data-transform Protocol, its registry, and the identity transform ``none``.
+"""The data-transform base class and its registry (the identity transform ``none`` is in none.py).
 
 A transform maps the formatted rows of one split (``{"prompt": ..., "answer": ..., <columns>}``, as
 rlpost/data.py builds them) to new rows; ``split`` is ``"train"`` or ``"eval"``, so a transform can
@@ -9,9 +9,9 @@ deduplicated, in ``load_datasets``; ``rlpost eval`` and the held-out eval see th
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
-from typing import Any, Literal, Protocol
+from typing import Any, Literal
 
+from rlpost.component import Component
 from rlpost.errors import ConfigError
 from rlpost.registry import Registry
 from rlpost.schema import build_config, check_paths, to_container
@@ -19,19 +19,22 @@ from rlpost.schema import build_config, check_paths, to_container
 Split = Literal["train", "eval"]
 
 
-class Transform(Protocol):
-    Config: type
+class Transform(Component):
+    """Formatted rows of one split -> new rows. Optional members (``check_run``, ``describe``, ...): ``Component``."""
 
-    def __call__(self, rows: list[dict], split: Split) -> list[dict]: ...
+    def __call__(self, rows: list[dict], split: Split) -> list[dict]:
+        """Rows ``[M]`` of split ``train`` or ``eval`` -> the rewritten rows."""
+        raise NotImplementedError
 
 
-TRANSFORMS: Registry[Transform] = Registry("data transform")
+TRANSFORMS: Registry[Transform] = Registry("data transform", Transform)
 
 
 def build_transform(node: Mapping[str, Any] | None, where: str = "data.transform") -> Transform:
-    """``{name: <registered transform>, ...its Config}`` -> the transform (ConfigError naming ``where``)."""
-    import rlpost.components  # noqa: F401  (registers every transform; imported here, not at module load)
+    """``{name: <registered transform>, ...its Config}`` -> the transform (ConfigError naming ``where``).
 
+    The caller has imported ``rlpost.components`` (which registers every transform): build.py and
+    data.py do; importing it here would tie this module into a cycle with the transforms."""
     node = dict(to_container(node) or {"name": "none"})
     try:
         cls = TRANSFORMS.get(node.pop("name", "none"))
@@ -57,18 +60,3 @@ def add_note(prompt: Any, note: str, position: str) -> Any:
     text = messages[last]["content"]
     messages[last]["content"] = f"{text}\n\n{note}" if position == "suffix" else f"{note}\n\n{text}"
     return messages
-
-
-@TRANSFORMS.register("none")
-class Identity:
-    """No transform: the rows as data.py formatted them."""
-
-    @dataclass(frozen=True)
-    class Config:
-        pass
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
-
-    def __call__(self, rows: list[dict], split: Split) -> list[dict]:
-        return rows

@@ -27,7 +27,7 @@ from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from rlpost.errors import ConfigError
-from rlpost.transforms.base import TRANSFORMS, Split, add_note
+from rlpost.transforms.base import TRANSFORMS, Split, Transform, add_note
 
 DEFAULT_MONITORS = {
     "checker": {"description": "an automatic checker that reads only the final number", "fidelity": "low"},
@@ -37,7 +37,7 @@ DEFAULT_TEMPLATE = "Your response will be evaluated by {description}; this feedb
 
 
 @TRANSFORMS.register("ect")
-class ECT:
+class ECT(Transform):
     """Condition each prompt on the fidelity of the monitor that scores it (train) or the best one (eval)."""
 
     seed = "seed 000 #3"
@@ -68,9 +68,6 @@ class ECT:
                 self.template.format(name="", description="", fidelity="")
             except (KeyError, IndexError) as err:
                 raise ValueError(f"template uses {err}; it may use {{name}} {{description}} {{fidelity}}") from None
-
-    def __init__(self, cfg: Config):
-        self.cfg = cfg
 
     def note(self, monitor: str) -> str:
         spec = self.cfg.monitors[monitor]

@@ -1,5 +1,8 @@
 """``opd``: on-policy distillation (seed 000 #1, seed 000 #27), the loss of ``algorithm=opd``.
 
+OPD needs no trainer of its own: the teacher's forward is this loss's ``score_rollouts`` member (the
+trainer calls it on every component at scoring time) and the rest is this per-token loss.
+
 Reading of the abstracts: the student samples its own completions (on-policy) and is trained
 toward a teacher token by token; seed 000 #1 compares OPD with GRPO for translation, seed 000 #27
 distils (several) specialist teachers into a generalist. The objective is the per-token reverse KL
@@ -31,7 +34,7 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.losses.aggregation import masked_metric_mean
-from rlpost.losses.base import LOSSES, LossInputs
+from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.model_options import load_frozen, named_model_config
 from rlpost.schema import Range
 
@@ -57,7 +60,7 @@ def reverse_kl_loss(
 
 
 @LOSSES.register("opd")
-class OnPolicyDistillation:
+class OnPolicyDistillation(PolicyLoss):
     """On-policy distillation: per-token reverse KL(student || teacher) on the student's samples, as a policy gradient."""
 
     seed = "seed 000 #1, seed 000 #27"
@@ -80,8 +83,8 @@ class OnPolicyDistillation:
                     f"epsilon_low and epsilon_high must be >= 0, got {self.epsilon_low}, {self.epsilon_high}"
                 )
 
-    def __init__(self, cfg: Config | None = None):
-        self.cfg = cfg if cfg is not None else self.Config()
+    def __init__(self, cfg: Config):
+        super().__init__(cfg)
         self.teacher_config = named_model_config(
             self.cfg.teacher_model,
             self.cfg.teacher_overrides,

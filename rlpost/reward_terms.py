@@ -12,14 +12,14 @@ The weights are not given to TRL (``reward_weights`` stays unset); rlpost's ``co
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.rewards.base import REWARDS, ParamError
+from rlpost.rewards.base import REWARDS, ParamError, Reward
 from rlpost.schema import Range, build_config, check_paths, to_container
 
 
@@ -31,16 +31,16 @@ class RewardTerm:
     weight: Annotated[float, Range()] = 1.0  # its weight in the combination
     params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
     on_failure: str | None = None  # skip | zero | abort on an exception/timeout (null: reward.on_failure)
-    # per batch call (null: reward.timeout_s); see rewards/guard.py
+    # per batch call (null: reward.timeout_s); see reward_guard.py
     timeout_s: Annotated[float | None, Range(gt=0)] = None
 
 
-def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Callable], list[str], torch.Tensor]:
+def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Reward], list[str], torch.Tensor]:
     """``reward.terms`` -> (reward functions ``[R]``, unique names ``[R]``, weights ``[R]`` float32)."""
     nodes = to_container(nodes)
     if not isinstance(nodes, (list, tuple)) or not nodes:
         raise ConfigError(f"reward.terms must be a non-empty list of reward terms, got {nodes!r}.")
-    funcs: list[Callable] = []
+    funcs: list[Reward] = []
     names: list[str] = []
     weights: list[float] = []
     for i, node in enumerate(nodes):
@@ -67,7 +67,7 @@ def parse_term(node: Any, where: str) -> RewardTerm:
     return build_config(RewardTerm, node, where)
 
 
-def build_term(term: RewardTerm, where: str) -> Any:
+def build_term(term: RewardTerm, where: str) -> Reward:
     """Look up ``term.name`` and instantiate it from its validated params."""
     try:
         cls = REWARDS.get(term.name)

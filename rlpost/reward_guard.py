@@ -31,6 +31,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from rlpost.judges.base import ON_FAILURE, JudgeError
+from rlpost.rewards.base import Reward
 from rlpost.schema import Range, build_config, to_container
 
 logger = logging.getLogger(__name__)
@@ -67,11 +68,17 @@ def reward_policies(node: Mapping[str, Any]) -> list[FailurePolicy]:
 
 
 class GuardedReward:
-    """A reward term with its failure policy; TRL's reward-function signature, picklable."""
+    """A reward term with its failure policy; TRL's reward-function signature, picklable.
+
+    ``func`` is a built ``Reward`` or any function with TRL's reward signature (tests, plain TRL use).
+    """
 
     def __init__(self, func: Callable, policy: FailurePolicy):
         self.func, self.policy = func, policy
-        self.__name__ = getattr(func, "__name__", type(func).__name__)  # what TRL logs it as
+        # what TRL logs it as: a Reward's term name; a plain callable object without a __name__ gets its type's
+        self.__name__ = getattr(func, "__name__", type(func).__name__)
+        # a group reward scores whole groups (rewards/group.py): never retried one sample at a time
+        self.group = isinstance(func, Reward) and func.is_group_reward
         self.failures = 0  # failed samples since the last ``take_failures()``
 
     def take_failures(self) -> int:
@@ -87,7 +94,7 @@ class GuardedReward:
         except TimeoutError as err:
             return self._failed(list(range(n)), n, err, prompts)
         except Exception as err:  # isolate the failing samples
-            if n == 1 or hasattr(self.func, "group_size"):  # a group reward scores whole groups, never one sample
+            if n == 1 or self.group:  # a group reward scores whole groups, never one sample
                 return self._failed(list(range(n)), n, err, prompts)
         results: list[float | None] = []
         failed, first = [], None
@@ -148,7 +155,7 @@ class GuardedReward:
         ) from err
 
 
-def guard_rewards(funcs: list[Callable], policies: list[FailurePolicy]) -> list[GuardedReward]:
+def guard_rewards(funcs: list[Reward], policies: list[FailurePolicy]) -> list[GuardedReward]:
     """Wrap each term with its policy (the default policy where none is given)."""
     policies = list(policies) + [FailurePolicy()] * (len(funcs) - len(policies))
     return [GuardedReward(f, p) for f, p in zip(funcs, policies)]
