@@ -32,7 +32,7 @@ Metrics (logged as ``grad/<key>``), over matrices: ``direction/change_mean``, ``
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
 
@@ -41,6 +41,9 @@ from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, directional_change, kept_energy, tracked_top_singular
 from rlpost.grad.trusted_projection import check_compatible, no_gradients_message
 from rlpost.schema import Range
+
+if TYPE_CHECKING:
+    from rlpost.config import HardwareConfig
 
 
 @GRAD_TRANSFORMS.register("direction_monitor")
@@ -109,7 +112,7 @@ class DirectionMonitor(GradTransform):
             return p.float() - previous[name].to(p.device, torch.float32)
         return p.float() - self.reference.start_of(name, p)
 
-    def check_compatible(self, hardware: Any) -> None:
+    def check_compatible(self, hardware: HardwareConfig) -> None:
         check_compatible(hardware, "direction_monitor")
 
     def state_dict(self) -> dict[str, Any]:

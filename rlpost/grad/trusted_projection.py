@@ -46,7 +46,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from typing import Annotated, Any, Literal
+from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
 
@@ -55,11 +55,13 @@ from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, project_
 from rlpost.schema import Range
 
+if TYPE_CHECKING:
+    from rlpost.config import HardwareConfig
 
-def check_compatible(hardware: Any, component: str = "trusted_projection") -> None:
+
+def check_compatible(hardware: HardwareConfig, component: str = "trusted_projection") -> None:
     """Raise ConfigError for hardware profiles whose ``p.grad`` is not the whole matrix (DeepSpeed ZeRO)."""
-    name = str(getattr(hardware, "name", ""))
-    stage = getattr(hardware, "zero_stage", None)
+    name, stage = str(hardware.name), hardware.zero_stage
     if stage or re.search(r"zero[-_]?\d", name, re.IGNORECASE):
         raise ConfigError(
             f"algorithm/grad={component} needs each weight matrix's whole gradient, but hardware={name} runs "
@@ -118,7 +120,7 @@ class TrustedProjection(GradTransform):
             "projection/rank_mean": sum(ranks) / len(ranks),
         }
 
-    def check_compatible(self, hardware: Any) -> None:
+    def check_compatible(self, hardware: HardwareConfig) -> None:
         check_compatible(hardware, "trusted_projection")
 
     def state_dict(self) -> dict[str, Any]:

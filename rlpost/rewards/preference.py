@@ -51,6 +51,7 @@ class PairwiseJudging:
     def __init__(self, judge: Any, template: str, swap: bool, strip_think: bool, max_chars: int):
         self.judge, self.template, self.swap = judge, template, swap
         self.strip_think, self.max_chars = strip_think, max_chars
+        self._last: tuple[int, list] = (0, [])  # the last call's pair count and judge scores (last_bias)
 
     def text(self, completion: Any) -> str:
         return answer_text(completion, self.strip_think)[: self.max_chars]
@@ -78,7 +79,7 @@ class PairwiseJudging:
 
     def last_bias(self) -> float | None:
         """Mean of (s_ab + s_ba) / 2 - 1/2 over the last call's pairs with both orders judged (slot-A lean)."""
-        n, scores = getattr(self, "_last", (0, []))
+        n, scores = self._last
         if not self.swap:
             return None
         both = [(scores[k], scores[n + k]) for k in range(n) if scores[k] is not None and scores[n + k] is not None]
