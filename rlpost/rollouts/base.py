@@ -12,9 +12,9 @@ prompts (a subset, conditioned prompts) and assemble the B rows it returns; each
 ``kind`` (``natural`` for plain samples, else the strategy's tag) that the trainer hands back to
 ``adjust_rewards`` and logs as ``rlpost/rollout/<kind>_frac``.
 
-Optional: ``adjust_rewards(rewards [N], kinds [N], rows [N], completions [N], G) -> (rewards, metrics)``
-runs in seam 3 right after ``combine``, before dynamic sampling and the advantage (RC-GRPO's
-refusal credit and over-refusal penalty, CRPO's negative baseline).
+``RolloutStrategy.adjust_rewards(rewards [N], kinds [N], rows [N], completions [N], G) -> (rewards, metrics)``
+runs right after ``combine``, before dynamic sampling and the advantage (RC-GRPO's refusal credit and
+over-refusal penalty, CRPO's negative baseline); the base returns the rewards unchanged.
 
 Choices made for every strategy:
 - Strategies run on training batches only; evaluation batches are plain sampling.
