@@ -58,8 +58,8 @@ def main() -> None:
     args = p.parse_args()
 
     from rlpost import onednn
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
     from rlpost.prefix_generation import shared_prefix_generation

@@ -44,8 +44,8 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
     from trl import GRPOConfig, GRPOTrainer
 
     from rlpost.algorithms import trainer_class
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
     from rlpost.prefix_generation import prompt_groups

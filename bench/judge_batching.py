@@ -29,8 +29,8 @@ def main() -> None:
     p.add_argument("--batch-size", type=int, default=8)
     args = p.parse_args()
 
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
     from rlpost.data import load_datasets
 
     run = build_run(compose(["reward=rubric"]))

@@ -1,4 +1,5 @@
-"""Every registry by kind, and the rows ``rlpost list`` prints (kind, name, description, seed)."""
+"""What ``rlpost list`` prints: every registered component (kind, name, description, seed) and every
+option of every config group (group, option, description: the first line of its yaml header)."""
 
 from __future__ import annotations
 
@@ -8,6 +9,7 @@ import sys
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.combine.base import COMBINERS
+from rlpost.confdir import config_groups, group_options, option_description
 from rlpost.corrections.base import CORRECTIONS
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.losses.base import LOSSES
@@ -39,3 +41,16 @@ def seed_reference(cls: type) -> str:
 def rows(kind: str | None = None) -> list[tuple[str, str, str, str]]:
     kinds = [kind] if kind else list(REGISTRIES)
     return [(k, name, describe(cls), seed_reference(cls)) for k in kinds for name, cls in REGISTRIES[k].items()]
+
+
+def group_rows(group: str | None = None) -> list[tuple[str, str, str]]:
+    """(group, option, description) of every option of ``group`` and the groups below it (all groups
+    when None): ``algorithm`` lists the bundles, then ``algorithm/advantage``, ``algorithm/loss`` ..."""
+    groups = [g for g in config_groups() if group is None or g == group or g.startswith(f"{group}/")]
+    return [(g, option, option_description(g, option)) for g in groups for option in group_options(g)]
+
+
+def group_words() -> list[str]:
+    """What ``rlpost list <word>`` accepts besides a component kind: each group and each group's top folder."""
+    groups = config_groups()
+    return sorted(set(groups) | {g.split("/")[0] for g in groups})

@@ -1,12 +1,11 @@
 """``rlpost report path=PATH``: one self-contained HTML page for a run directory or a whole sweep.
 
 PATH is a run directory (holds config.yaml or metrics.jsonl) or a multirun folder whose job
-subfolders are run directories. A tool like the others (conf/report.yaml, rlpost/tools/app.py).
-The page (``PATH/report.html`` unless ``out=``) holds:
-a table of the runs (overrides, steps, held-out metrics before -> after), the training curves and
-a diagnostics panel as PNGs embedded in base64 (drawn by rlpost/plots.py), the config keys that
-differ between jobs (the resolved config of a single run), and a sample of completions per step
-with their reward terms. No external URL, stylesheet or script: it opens offline in any browser.
+subfolders are run directories (the command: rlpost/tools/report.py, conf/report.yaml).
+The page (``PATH/report.html`` unless ``out=``) holds: a table of the runs (overrides, steps,
+held-out metrics before -> after), the training curves and a diagnostics panel as PNGs embedded in
+base64 (drawn by rlpost/plots.py), the config keys that differ between jobs (the resolved config of
+a single run), and a sample of completions per step with their reward terms. No external URL, stylesheet or script: it opens offline in any browser.
 """
 
 from __future__ import annotations
@@ -15,7 +14,6 @@ import base64
 import html
 import json
 import tempfile
-from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -207,39 +205,3 @@ def write_report(path: str | Path, out: str | Path | None = None, samples_per_st
     target = Path(out) if out else Path(path) / "report.html"
     target.write_text(build_report(path, samples_per_step, window), encoding="utf-8")
     return target
-
-
-@dataclass(frozen=True)
-class ReportSettings:
-    path: str = "???"  # a run directory or a multirun folder
-    out: str | None = None  # the HTML file (null = <path>/report.html)
-    samples_per_step: int = 2  # completions shown per job and step
-    smooth: int = 1  # moving-average window of the curves (1 = raw)
-
-
-def check(s: ReportSettings, overrides: list[str]) -> ReportSettings:
-    from rlpost.errors import ConfigError
-
-    if s.samples_per_step < 0 or s.smooth < 1:
-        raise ConfigError(f"samples_per_step={s.samples_per_step} must be >= 0 and smooth={s.smooth} >= 1.")
-    path = Path(s.path).expanduser()
-    if not path.is_dir():
-        raise ConfigError(f"path={s.path!r}: no such folder (a run directory or a multirun folder).")
-    if not find_runs(path):  # before Hydra starts: exit 2 with nothing written
-        raise ConfigError(f"{path} is neither a run directory nor a folder of run directories")
-    return s
-
-
-def run(s: ReportSettings, output_dir: str, overrides: list[str]) -> int:
-    target = write_report(Path(s.path).expanduser(), s.out, s.samples_per_step, s.smooth)
-    print(f"report: {target}")
-    return 0
-
-
-def main(argv: list[str]) -> int:
-    """``rlpost report path=DIR [out=FILE] [samples_per_step=N] [smooth=W]`` (a Hydra app, ``-m`` works)."""
-    from rlpost.tools.app import Tool
-    from rlpost.tools.app import main as app_main
-
-    tool = Tool(command="report", config_name="report", settings=ReportSettings, check=check, run=run)
-    return app_main(tool, argv)

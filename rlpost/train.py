@@ -32,9 +32,17 @@ from rlpost.rundir import RunDirectory
 from rlpost.secrets import install_log_redaction
 
 
-def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Run one training job described by the composed config ``cfg``; returns the summary."""
-    run = build_run(cfg)  # every config error is raised here, before any model loads
+def train(
+    cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None, run: BuiltRun | None = None
+) -> dict[str, Any]:
+    """Run one training job described by the composed config ``cfg``; returns the summary.
+
+    ``run`` is ``build_run(cfg)`` as the launch validated it (rlpost/app.py: ``rlpost train`` builds
+    each job once and its Hydra job trains that run); without it (a direct call, or a job the launch
+    did not build in this process) it is built here. Either way every config error is raised before
+    any model loads."""
+    if run is None:
+        run = build_run(cfg)
     train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
     _check_eval_columns(run, eval_set)
     _check_resume(run.settings.resume)
@@ -89,7 +97,7 @@ def train(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = No
     finally:
         preemption.uninstall()
     train_seconds = time.perf_counter() - started
-    if preemption.received:  # a checkpoint was saved at the end of the step; exit code 75 (cli.py)
+    if preemption.received:  # a checkpoint was saved at the end of the step; exit code 75 (rlpost/tools/train.py)
         checkpoint = str(rundir.checkpoints / f"checkpoint-{trainer.state.global_step}")
         summary.update(preempted=preemption.received, checkpoint=checkpoint, steps=trainer.state.global_step)
         rundir.write_summary(summary)

@@ -16,8 +16,8 @@ from rlpost.advantages.routed import Route, Routed
 from rlpost.advantages.segments import Segments, StageTerm
 from rlpost.advantages.spans import compile_span, span_mask, stage_index
 from rlpost.advantages.tiar import TIAR
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.rewards.ternary_abstention import TernaryAbstention
 from rlpost.schema import build_config

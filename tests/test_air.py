@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from rlpost.advantages.base import GroupBatch
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.data import load_datasets
 from rlpost.losses.base import LossInputs
 from rlpost.models import load_model, load_tokenizer, peft_config

@@ -7,6 +7,7 @@ and the console script run in a subprocess, as a user would run them. None of th
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -34,8 +35,19 @@ def wide(monkeypatch, tmp_path):
     return tmp_path
 
 
-def table_rows(out: str) -> list[list[str]]:
-    return [[cell.strip() for cell in line.strip("│ ").split("│")] for line in out.splitlines() if "│" in line]
+def table_rows(out: str, first: str = "kind") -> list[list[str]]:
+    """The rows of the plain-text section of ``rlpost list`` whose header starts with ``first``: the
+    columns start where the header's words start; the section ends at a blank line."""
+    lines = out.splitlines()
+    start = next(i for i, line in enumerate(lines) if line.split(" ", 1)[0] == first)
+    header = lines[start]
+    cuts = [m.start() for m in re.finditer(r"\S+", header)] + [None]
+    rows = []
+    for line in lines[start + 1 :]:
+        if not line.strip():
+            break
+        rows.append([line[a:b].strip() for a, b in zip(cuts, cuts[1:])])
+    return rows
 
 
 def test_list_shows_every_component_with_description(wide, capsys):
@@ -115,3 +127,68 @@ def test_top_level_help(tmp_path, capsys):
     for command in ("train", "show", "list"):
         assert f"  {command} " in proc.stdout
     assert cli.main([]) == 0 and "usage: rlpost <command>" in capsys.readouterr().out
+
+
+def header_line(path: Path) -> str:
+    """The first line of a yaml file's header comment, read here independently of rlpost."""
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.startswith("# @package"):
+            return line.lstrip("#").strip()
+    return ""
+
+
+def test_list_shows_every_config_group_option_with_its_header(wide, capsys):
+    assert cli.main(["list"]) == 0
+    rows = {(r[0], r[1]): r[2] for r in table_rows(capsys.readouterr().out, "group")}
+    conf = Path(cli.__file__).resolve().parent.parent / "conf"
+    expected = {
+        (str(f.parent.relative_to(conf)), f.stem): header_line(f)
+        for f in conf.glob("**/*.yaml")
+        if f.parent != conf and "recipe/" not in str(f.relative_to(conf))  # recipes/data/* are data files
+    }
+    expected.update({("recipe", f.stem): header_line(f) for f in (conf / "recipe").glob("*.yaml")})
+    assert rows == expected
+    assert all(rows.values()), [k for k, v in rows.items() if not v]
+    for choice in [("algorithm", "dapo"), ("algorithm", "ppo"), ("model", "tiny-random"), ("hardware", "zero3")]:
+        assert choice in rows
+    for choice in [("data", "basic_arithmetic"), ("recipe", "default"), ("algorithm/loss", "clip")]:
+        assert choice in rows
+    assert ("hydra/launcher", "local") in rows and ("reward/combine", "weighted_sum") in rows
+    assert rows[("algorithm", "dapo")].startswith("DAPO: clip-higher")
+
+
+def test_list_filters_by_group(wide, capsys):
+    assert cli.main(["list", "algorithm"]) == 0
+    out = capsys.readouterr().out
+    groups = {r[0] for r in table_rows(out, "group")}
+    assert "algorithm" in groups and "algorithm/loss" in groups and all(g.startswith("algorithm") for g in groups)
+    assert {r[1] for r in table_rows(out, "group") if r[0] == "algorithm"} >= {"grpo", "dapo", "gspo", "ppo", "rloo"}
+    assert "kind" not in [line.split(" ", 1)[0] for line in out.splitlines()]  # no component section
+    assert cli.main(["list", "algorithm/loss"]) == 0
+    assert {r[0] for r in table_rows(capsys.readouterr().out, "group")} == {"algorithm/loss"}
+    assert cli.main(["list", "reward"]) == 0  # a component kind and a config group: both
+    out = capsys.readouterr().out
+    assert {r[0] for r in table_rows(out, "kind")} == {"reward"}
+    assert {r[0] for r in table_rows(out, "group")} == {"reward", "reward/combine"}
+
+
+def test_list_piped_is_plain_text_one_line_per_row(monkeypatch, capsys):
+    monkeypatch.setenv("COLUMNS", "80")
+    assert cli.main(["list"]) == 0
+    out = capsys.readouterr().out
+    assert not any(ch in out for ch in "│┃━─┏"), "a rich table was printed to a pipe"
+    lines = out.splitlines()
+    assert len(table_rows(out)) == sum(len(r.names()) for r in REGISTRIES.values())  # one line per component
+    components = lines[2 : 2 + len(table_rows(out))]
+    assert all(line.split()[1] in REGISTRIES[line.split()[0]].names() for line in components)
+    assert max(len(line) for line in lines) > 80  # not wrapped to the terminal width
+    header = lines[1]
+    assert all(line[header.index("description") - 2 : header.index("description")] == "  " for line in components)
+
+
+def test_list_on_a_terminal_is_a_rich_table(wide, monkeypatch, capsys):
+    monkeypatch.setattr(sys.stdout, "isatty", lambda: True)
+    assert cli.main(["list", "loss"]) == 0
+    out = capsys.readouterr().out
+    assert "┃" in out and "│" in out
+    assert any("cispo" in line and "│" in line for line in out.splitlines())

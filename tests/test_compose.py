@@ -13,8 +13,8 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 
 ROOT = Path(__file__).resolve().parent.parent

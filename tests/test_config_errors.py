@@ -136,6 +136,7 @@ CASES = [
     ("unknown-command", ["trian"], ["Unknown command 'trian'", "Did you mean 'train'?", "show", "list"]),
     ("unknown-list-kind", ["list", "nosuchkind"], ["Unknown component kind 'nosuchkind'", "loss", "reward"]),
     ("list-kind-typo", ["list", "losss"], ["Did you mean 'loss'?"]),
+    ("list-group-typo", ["list", "algorihm"], ["Did you mean 'algorithm'?", "Config groups:", "hardware", "recipe"]),
     # the same through `rlpost show`
     ("show-unknown-option", ["show", "algorithm=grpoo"], ["Did you mean 'grpo'?", "Available options in 'algorithm':"]),
     ("show-unknown-key", ["show", "algorithm.loss.epsilon_hihg=0.3"], ["Did you mean 'epsilon_high'?"]),

@@ -8,7 +8,7 @@ inside the field's declared ``Range``, or raise ``ConfigError`` with one line th
 Any other exception fails the test with its traceback.
 
 The bulk runs in-process through ``build_run``, what ``rlpost train`` runs on every composed job
-before Hydra launches (``cli.validate`` -> ``build_and_check``): each field's node is chosen with
+before Hydra launches (``app.validate`` -> ``build_run``): each field's node is chosen with
 Hydra overrides and composed once, then the fuzzed value is set on the composed config (the types
 Hydra gives: int, float, str, list). The issue's 11 reports run through ``rlpost.cli.main`` with a
 tripwire launcher, five of them as real ``rlpost train`` processes (exit code 2, one stderr line,
@@ -28,7 +28,7 @@ from typing import Any
 import pytest
 from test_config_errors import assert_clean_failure, no_launch  # noqa: F401  (the fixture)
 
-from rlpost import cli
+from rlpost import app, cli
 from rlpost.build import build_run
 from rlpost.config_fields import DeclaredField, declared_fields, ranges_section, unvisited, updated_doc
 from rlpost.errors import ConfigError
@@ -105,7 +105,7 @@ def composed(stand_ins):
     def get(overrides: list[str]) -> dict:
         job = tuple(o.format(**stand_ins) for o in overrides)
         if job not in cache:
-            cache[job] = to_container(cli.compose(list(job)))
+            cache[job] = to_container(app.compose(list(job)))
         return copy.deepcopy(cache[job])
 
     return get

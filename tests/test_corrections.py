@@ -8,8 +8,8 @@ import math
 import pytest
 import torch
 
+from rlpost.app import compose, validate
 from rlpost.build import build_run
-from rlpost.cli import compose, validate
 from rlpost.corrections.acrl import AdaptiveControl
 from rlpost.corrections.ais import AdaptiveIS
 from rlpost.corrections.base import CorrectionInputs

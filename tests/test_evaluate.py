@@ -6,7 +6,7 @@ import pytest
 import torch
 from datasets import Dataset
 
-from rlpost.cli import compose
+from rlpost.app import compose
 from rlpost.errors import ConfigError
 from rlpost.evaluate import _accuracy_by, evaluate
 from rlpost.models import load_model, load_tokenizer

@@ -11,8 +11,8 @@ from rlpost import cli
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.gepo import GEPO, group_entropy
 from rlpost.advantages.group_norm import GroupNorm
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.schema import build_config
 from rlpost.state import STATE_FILE, load_component_state, save_component_state

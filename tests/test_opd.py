@@ -8,7 +8,7 @@ import math
 import pytest
 import torch
 
-from rlpost.cli import validate
+from rlpost.app import validate
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.losses.opd import TEACHER_KEY, OnPolicyDistillation, reverse_kl_loss

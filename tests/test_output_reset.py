@@ -11,8 +11,8 @@ import pytest
 import torch
 
 from rlpost import cli
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import Clip

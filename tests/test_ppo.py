@@ -9,8 +9,8 @@ import torch
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.gae import GAE, gae, masked_whiten, token_rewards
 from rlpost.algorithms.critic import completion_values, value_loss
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.show import explain
 

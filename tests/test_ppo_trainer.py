@@ -170,8 +170,8 @@ def test_ppo_two_steps_on_smollm2_through_the_cli(tmp_path):
             assert isinstance(row.get(key), (int, float)) and math.isfinite(row[key]), (key, row)
     assert steps[0]["value/mean"] == 0.0 and steps[1]["value/mean"] != 0.0  # the critic moved after step 1
 
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
 
     final = run_dir / "checkpoints" / "final"
     critic = load_file(final / CRITIC_FILE)

@@ -15,8 +15,8 @@ import pytest
 import torch
 
 from rlpost.algorithms.regen import RegenTrainer, truncated_is_weights
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.models import load_model, load_tokenizer

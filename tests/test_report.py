@@ -16,7 +16,7 @@ import subprocess
 import pytest
 
 from rlpost import cli
-from rlpost.cli import compose
+from rlpost.app import compose
 from rlpost.report import config_differences, flatten
 from rlpost.train import train
 

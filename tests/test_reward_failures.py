@@ -9,8 +9,8 @@ import pytest
 import torch
 from support_faults import broken_reward, slow_reward
 
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.reward_guard import FailurePolicy, GuardedReward, RewardFailure, take_failure_counts
 

@@ -18,13 +18,13 @@ import torch
 from transformers import AutoModelForSequenceClassification, AutoTokenizer, set_seed
 
 from rlpost import cli
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig, load_tokenizer, tiny_random_folder
 from rlpost.reward_model.make_preferences import perturb
 from rlpost.reward_model.pairs import RM_META, bradley_terry_loss, encode, read_pairs, render, score_ids
-from rlpost.reward_model.train import compose_rm, load_classifier, train_rm
+from rlpost.reward_model.train import load_classifier, train_rm
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.reward_model import RewardModel
 
@@ -265,5 +265,5 @@ def test_train_rm_bad_row_exits_2_naming_file_and_line(tmp_path, capsys):
 def test_train_rm_refuses_bad_rows_in_process_too(tmp_path):
     bad = write_pairs(tmp_path / "bad.jsonl", ["not json"])
     with pytest.raises(ConfigError, match="bad.jsonl line 1: not valid JSON"):
-        train_rm(compose_rm(["model=tiny-random", f"data.train={bad}"]), tmp_path / "run")
+        train_rm(compose(["model=tiny-random", f"data.train={bad}"], "train_rm"), tmp_path / "run")
     assert not (tmp_path / "run").exists()

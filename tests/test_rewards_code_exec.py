@@ -153,8 +153,8 @@ def test_two_trainer_steps_on_human_eval(tmp_path):
 
 
 def test_recipe_composes():
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
 
     run = build_run(compose(["recipe=code_exec", "model=tiny-random"]))
     assert run.data.source == "human_eval" and run.reward.names == ["code_exec"]

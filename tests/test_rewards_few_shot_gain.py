@@ -100,8 +100,8 @@ def test_two_trainer_steps_with_demonstrations(tmp_path):
 
 
 def test_conf_scores_with_a_copy_of_the_run_model():
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
 
     run = build_run(compose(["reward=few_shot_gain", "model=tiny-random"]))
     assert run.reward.names == ["math_answer", "few_shot_gain"]

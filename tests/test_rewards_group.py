@@ -297,8 +297,8 @@ def test_group_diversity_with_minilm():
 
 
 def test_ttrl_majority_recipe_builds_label_free():
+    from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.cli import compose
 
     run = build_run(compose(["recipe=ttrl_majority"]))
     _, vote = run.reward.funcs

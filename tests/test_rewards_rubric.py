@@ -16,8 +16,8 @@ import yaml
 from test_judges import clear_log, requests_for, server  # noqa: F401  (the local HTTP endpoint and its request log)
 
 import rlpost.components  # noqa: F401
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rubric import parse_rubric

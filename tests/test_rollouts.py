@@ -11,8 +11,8 @@ import torch
 from test_config_errors import assert_clean_failure, no_launch  # noqa: F401  (fixture)
 
 from rlpost import cli
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.rollouts.base import Rollouts, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt

@@ -157,7 +157,7 @@ def test_disk_full_during_the_final_save_keeps_the_last_checkpoint(small_disk, m
     """The disk fills up right before ``checkpoints/final`` is written (a filler file takes every free
     byte): the run stops with one line, the last checkpoint stays loadable, no half-written final."""
     import rlpost.train as train_module
-    from rlpost.cli import compose
+    from rlpost.app import compose
 
     from trainer_utils import HASH_REWARD, TINY
 

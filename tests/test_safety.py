@@ -7,8 +7,8 @@ import warnings
 import pytest
 import torch
 
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.losses.clip import Clip

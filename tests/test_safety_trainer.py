@@ -175,7 +175,7 @@ def test_whitening_and_ratio_guard_are_logged_and_checkpointed(tmp_path):
 
 
 def test_events_land_in_the_run_directory(tmp_path):
-    from rlpost.cli import compose
+    from rlpost.app import compose
     from rlpost.train import train
 
     cfg = compose(

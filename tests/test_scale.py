@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlpost import cli
+from rlpost import app, cli
 from rlpost.config import HardwareConfig, grpo_config_kwargs
 from rlpost.launch import accelerate, checks
 from rlpost.launch.deepspeed import deepspeed_config, write_deepspeed_config
@@ -210,7 +210,7 @@ def test_sweep_launcher_configs():
     """hydra/launcher=local (joblib) and hydra/launcher=slurm (submitit) resolve to the plugins' launchers."""
     from hydra import compose, initialize_config_dir
 
-    with initialize_config_dir(config_dir=str(cli.CONF_DIR), version_base=None):
+    with initialize_config_dir(config_dir=str(app.CONF_DIR), version_base=None):
         local = compose(config_name="config", overrides=["hydra/launcher=local"], return_hydra_config=True)
         search = compose(config_name="config", overrides=["hydra/sweeper=search"], return_hydra_config=True)
         slurm = compose(
@@ -232,7 +232,7 @@ def test_sweep_launcher_configs():
 
 
 def test_search_space_is_validated_at_its_lower_end():
-    jobs = cli.expand_sweep(["train.learning_rate=interval(1e-4,1e-2)", "train.steps=int(interval(2,5))", "seed=0,1"])
+    jobs = app.expand_sweep(["train.learning_rate=interval(1e-4,1e-2)", "train.steps=int(interval(2,5))", "seed=0,1"])
     assert jobs == [
         ["train.learning_rate=0.0001", "train.steps=2", "seed=0"],
         ["train.learning_rate=0.0001", "train.steps=2", "seed=1"],

@@ -59,7 +59,7 @@ def rlpost(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
 
 
 def initial_weights() -> dict[str, torch.Tensor]:
-    from rlpost.cli import compose
+    from rlpost.app import compose
     from rlpost.models import ModelConfig, tiny_random_folder
     from rlpost.schema import build_config, to_container
 

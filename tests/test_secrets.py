@@ -7,7 +7,7 @@ import logging
 
 from test_config_errors import no_launch  # noqa: F401  (the fixture)
 
-from rlpost import cli
+from rlpost import app, cli
 from rlpost.build import build_run
 from rlpost.models import ModelConfig
 from rlpost.rundir import RunDirectory
@@ -49,7 +49,7 @@ def test_show_and_cfg_job_never_print_the_secret(no_launch, capsys, monkeypatch)
 
 def test_run_directory_config_files_are_redacted(tmp_path, monkeypatch):
     monkeypatch.setenv("MY_SERVICE_API_KEY", SECRET)
-    cfg = cli.compose(["model=tiny-random", LEAK])
+    cfg = app.compose(["model=tiny-random", LEAK])
     build_run(cfg)  # a valid run
     rundir = RunDirectory(tmp_path)
     rundir.write_config(cfg, [LEAK, f"+some.api_key={SECRET}"])

@@ -99,7 +99,7 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
 
 
 def test_wandb_offline_and_tensorboard_log_into_the_run_directory(tmp_path):
-    from rlpost.cli import compose
+    from rlpost.app import compose
     from rlpost.train import train
 
     from trainer_utils import HASH_REWARD, TINY

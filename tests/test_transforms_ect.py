@@ -9,8 +9,8 @@ import pytest
 from test_rewards_mt import TINY_CLI, run_cli
 
 import rlpost.components  # noqa: F401  (registers)
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.data import DataConfig, load_datasets
 from rlpost.errors import ConfigError
 from rlpost.transforms.base import add_note, build_transform

@@ -7,8 +7,8 @@ from pathlib import Path
 from trl import GRPOConfig, GRPOTrainer
 
 from rlpost.algorithms import trainer_class
+from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.cli import compose
 from rlpost.data import load_datasets
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.trainer import RLPostTrainer

@@ -1,4 +1,5 @@
-"""Reference subspaces of weight updates (seed 004 #10): the math, the file format, the CLI.
+"""Reference subspaces of weight updates (seed 004 #10): the math and the file format (the command
+``rlpost subspace`` is rlpost/tools/subspace.py).
 
 For a 2-D weight ``W [m, n]`` and an update ``X [m, n]`` (``ΔW = W_clean_end - W_clean_start``)::
 
@@ -32,10 +33,8 @@ Choices where the abstract is silent:
 
 from __future__ import annotations
 
-import argparse
 import os
 import re
-import sys
 import warnings
 import zipfile
 from dataclasses import dataclass
@@ -360,38 +359,3 @@ class Reference:
         self.start = state["start"] or None
         self.start_step = None if state["start_step"] < 0 else int(state["start_step"])
         self._bases, self._checked = {}, False
-
-
-def main(argv: list[str]) -> int:
-    """``rlpost subspace --from CKPT_A --to CKPT_B --rank 8 --out subspace.pt``."""
-    p = argparse.ArgumentParser(prog="rlpost subspace", description="Reference subspaces from two checkpoints.")
-    p.add_argument("--from", dest="start", required=True, help="checkpoint folder (or .safetensors) at the start")
-    p.add_argument("--to", dest="end", required=True, help="checkpoint folder (or .safetensors) at the end")
-    p.add_argument("--rank", type=int, default=8, help="top-k singular directions per matrix (default 8)")
-    p.add_argument("--energy", type=float, default=None, help="keep the k reaching this energy fraction")
-    p.add_argument("--include", default=None, help="regex of parameter names to keep (default: all)")
-    p.add_argument("--exclude", default=None, help="regex of parameter names to skip (default: none)")
-    p.add_argument("--svd", default="auto", choices=["auto", "full", "lowrank"], help="SVD method")
-    p.add_argument("--out", required=True, help="output file (torch.save)")
-    args = p.parse_args(argv)
-    try:
-        settings = SubspaceSettings(
-            rank=args.rank, energy=args.energy, include=args.include, exclude=args.exclude, svd=args.svd
-        )
-        deltas = parameter_deltas(args.start, args.end)
-        subspace = build_subspace(deltas, args.rank, args.energy, settings)
-    except (OSError, ValueError) as err:
-        print(f"rlpost: error: {err}", file=sys.stderr)
-        return 2
-    if not subspace:
-        print("rlpost: error: no 2-D weight matched --include/--exclude", file=sys.stderr)
-        return 2
-    save_subspace(subspace, args.out, start=str(args.start), end=str(args.end), rank=args.rank)
-    ranks = [b["S"].numel() for b in subspace.values()]
-    kept = [float(b["S"].pow(2).sum() / b["energy"]) for b in subspace.values() if b["energy"] > 0]
-    moved = sum(b["energy"] > 0 for b in subspace.values())
-    print(f"{len(subspace)} matrices ({moved} moved), rank mean {sum(ranks) / len(ranks):.2f} max {max(ranks)}")
-    if kept:
-        print(f"energy captured: mean {sum(kept) / len(kept):.3f} min {min(kept):.3f}")
-    print(f"wrote {args.out}")
-    return 0

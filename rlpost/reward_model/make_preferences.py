@@ -53,7 +53,7 @@ def perturb(expression: str, gold: int, kind: str, rng: random.Random) -> int:
 
 def grpo_setup():
     """The default data config (conf/data/basic_arithmetic.yaml) and its held-out questions."""
-    from rlpost.cli import compose
+    from rlpost.app import compose
     from rlpost.data import DataConfig, load_datasets
     from rlpost.schema import build_config
 

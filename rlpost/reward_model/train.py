@@ -2,10 +2,11 @@
 
     rlpost train-rm [model=smollm2-135m] [data.train=pairs.jsonl data.heldout=heldout.jsonl] [train.epochs=2]
 
-Its own Hydra app on ``conf/train_rm.yaml``, sharing the ``model`` group with ``rlpost train``. The
-model's weights load into ``AutoModelForSequenceClassification`` with ``num_labels=1`` (a fresh
-linear ``score`` head on the last non-pad token; a causal LM's ``lm_head`` is dropped) and are
-trained with ``-log sigmoid(r_chosen - r_rejected)`` (TRL 1.16's ``RewardTrainer.compute_loss``).
+Its own Hydra app on ``conf/train_rm.yaml`` (rlpost/tools/train_rm.py), sharing the ``model`` group
+with ``rlpost train``. The model's weights load into ``AutoModelForSequenceClassification`` with
+``num_labels=1`` (a fresh linear ``score`` head on the last non-pad token; a causal LM's ``lm_head``
+is dropped) and are trained with ``-log sigmoid(r_chosen - r_rejected)`` (TRL 1.16's
+``RewardTrainer.compute_loss``).
 The run directory gets ``model/`` (safetensors, tokenizer, ``rlpost_reward_model.json``: how to
 render inputs and the held-out score mean/std), ``summary.json`` (held-out pairwise accuracy, loss
 and margin before and after), ``metrics.jsonl`` and ``config.yaml``.
@@ -23,7 +24,6 @@ from __future__ import annotations
 
 import json
 import os
-import sys
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -128,8 +128,11 @@ def load_classifier(cfg: ModelConfig):
     return model, tokenizer
 
 
-def train_rm(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None) -> dict[str, Any]:
-    """Train one reward model described by the composed config; returns the summary."""
+def train_rm(
+    cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None = None, settings: RMSettings | None = None
+) -> dict[str, Any]:
+    """Train one reward model described by the composed config; returns the summary. ``settings`` is
+    ``build_settings(cfg)`` as the launch validated it (rlpost/tools/train_rm.py); built here without it."""
     from datasets import Dataset
     from transformers import PrinterCallback, set_seed
     from trl import RewardConfig, RewardTrainer
@@ -137,7 +140,8 @@ def train_rm(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None =
     from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
     from rlpost.rundir import RunDirectory
 
-    settings = build_settings(cfg)
+    if settings is None:
+        settings = build_settings(cfg)
     train_pairs, heldout = load_pairs(settings)  # file:line errors before anything is written
     rundir = RunDirectory(run_dir)
     rundir.write_config(cfg, overrides or [])
@@ -205,76 +209,3 @@ def train_rm(cfg: Any, run_dir: str | os.PathLike, overrides: list[str] | None =
     }
     rundir.write_summary(summary)
     return summary
-
-
-CONFIG_NAME = "train_rm"
-
-
-def compose_rm(overrides: list[str]):
-    """Compose conf/train_rm.yaml with overrides (no run directory)."""
-    from hydra import compose, initialize_config_dir
-
-    from rlpost.cli import CONF_DIR
-
-    with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return compose(config_name=CONFIG_NAME, overrides=overrides)
-
-
-def validate(job: list[str]) -> None:
-    """Compose and check one job; Hydra's "Could not override 'train.epochz'" is retried as an
-    append (``+train.epochz=...``) so the schema names the unknown key and the valid ones."""
-    import re
-
-    from hydra.errors import HydraException
-
-    try:
-        load_pairs(build_settings(compose_rm(job)))
-    except HydraException as err:
-        match = re.match(r"Could not override '([^'/]+)'", str(err))
-        if not match:
-            raise
-        appended = [f"+{o}" if o.split("=", 1)[0] == match.group(1) else o for o in job]
-        build_settings(compose_rm(appended))  # raises the schema's message
-        raise
-
-
-def main(args: list[str]) -> int:
-    """The ``rlpost train-rm`` subcommand: validate every job, then hand over to Hydra."""
-    import hydra
-    from hydra.errors import HydraException
-    from omegaconf.errors import OmegaConfBaseException
-
-    from rlpost.cli import CONF_DIR, HYDRA_INFO_FLAGS, expand_sweep, fail, hydra_message
-
-    multirun = "-m" in args or "--multirun" in args
-    if not HYDRA_INFO_FLAGS.intersection(args):
-        overrides = [a for a in args if not a.startswith("-")]
-        try:
-            for job in expand_sweep(overrides) if multirun else [overrides]:
-                validate(job)
-        except (HydraException, OmegaConfBaseException) as err:
-            return fail(hydra_message(err))
-        except ConfigError as err:
-            return fail(str(err))
-    sys.argv = ["rlpost train-rm", *args]
-    hydra.main(config_path=str(CONF_DIR), config_name=CONFIG_NAME, version_base=None)(_job)()
-    return 0
-
-
-def _job(cfg) -> float:
-    from hydra.core.hydra_config import HydraConfig
-
-    from rlpost.cli import fail
-
-    hydra_cfg = HydraConfig.get()
-    try:
-        summary = train_rm(cfg, hydra_cfg.runtime.output_dir, list(hydra_cfg.overrides.task))
-    except ConfigError as err:
-        sys.exit(fail(str(err)))
-    before, after = summary["before"], summary["after"]
-    print(f"run directory: {summary['run_dir']}")
-    print(f"  reward model:   {summary['model_dir']}")
-    for key in ("accuracy", "loss", "margin"):
-        print(f"  heldout/{key:<8} {before[key]:.3f} -> {after[key]:.3f}")
-    print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
-    return after["accuracy"]

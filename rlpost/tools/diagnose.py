@@ -27,8 +27,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Literal
 
+from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
-from rlpost.tools.app import Tool
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
 from rlpost.tools.runref import apply_run
 
@@ -130,12 +130,8 @@ def run(s: DiagnoseSettings, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-TOOL = Tool(
-    command="diagnose", config_name="diagnose", settings=DiagnoseSettings, check=check, run=run, prepare=apply_run
-)
+APP = tool("diagnose", "diagnose", DiagnoseSettings, check, run, prepare=apply_run)
 
 
 def main(args: list[str]) -> int:
-    from rlpost.tools.app import main as app_main
-
-    return app_main(TOOL, args)
+    return launch(APP, args)

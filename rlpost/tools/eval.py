@@ -20,10 +20,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
 from rlpost.ranks import is_main
 from rlpost.rundir import write_atomic
-from rlpost.tools.app import Tool
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
 from rlpost.tools.runref import apply_run
 
@@ -122,10 +122,8 @@ def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-TOOL = Tool(command="eval", config_name="eval", settings=EvalCommand, check=check, run=run, prepare=apply_run)
+APP = tool("eval", "eval", EvalCommand, check, run, prepare=apply_run)
 
 
 def main(args: list[str]) -> int:
-    from rlpost.tools.app import main as app_main
-
-    return app_main(TOOL, args)
+    return launch(APP, args)

@@ -27,10 +27,10 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Literal
 
+from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
 from rlpost.models import LoraSettings, ModelConfig
 from rlpost.tools import merge_math
-from rlpost.tools.app import Tool
 from rlpost.tools.checkpoints import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
 
 AUX_FILES = (
@@ -292,10 +292,8 @@ def run(s: MergeSettings, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-TOOL = Tool(command="merge", config_name="merge", settings=MergeSettings, check=check, run=run)
+APP = tool("merge", "merge", MergeSettings, check, run)
 
 
 def main(args: list[str]) -> int:
-    from rlpost.tools.app import main as app_main
-
-    return app_main(TOOL, args)
+    return launch(APP, args)

@@ -15,8 +15,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
-from rlpost.tools.app import Tool
 
 
 @dataclass(frozen=True)
@@ -82,10 +82,8 @@ def run(s: PlotSettings, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-TOOL = Tool(command="plot", config_name="plot", settings=PlotSettings, check=check, run=run)
+APP = tool("plot", "plot", PlotSettings, check, run)
 
 
 def main(args: list[str]) -> int:
-    from rlpost.tools.app import main as app_main
-
-    return app_main(TOOL, args)
+    return launch(APP, args)

@@ -14,6 +14,7 @@ import shlex
 import subprocess
 import sys
 
+from rlpost.app import fail, validate
 from rlpost.errors import ConfigError
 
 
@@ -36,21 +37,30 @@ def serve_command(model_folder: str, hardware) -> list[str]:
     ]
 
 
-def main(args: list[str]) -> int:
-    from rlpost.cli import compose, fail
+def build_server(cfg, overrides: list[str]):
+    """The composed config -> (hardware profile, model config), checked for vLLM (no model loads)."""
     from rlpost.config import HardwareConfig
     from rlpost.launch.checks import check_vllm
-    from rlpost.models import ModelConfig, model_folder
+    from rlpost.models import ModelConfig
     from rlpost.schema import build_config, to_container
+
+    hardware = build_config(HardwareConfig, to_container(cfg.hardware), "hardware")
+    model = build_config(ModelConfig, to_container(cfg.model), "model")
+    check_vllm(hardware)
+    return hardware, model
+
+
+def main(args: list[str]) -> int:
+    """Composed and checked once through the launch path (rlpost/app.py), then the server runs in the
+    foreground (no Hydra run directory)."""
+    from rlpost.models import model_folder
 
     overrides = args if any(a.startswith("hardware=") for a in args) else ["hardware=vllm-server", *args]
     try:
-        cfg = compose(overrides)
-        hardware = build_config(HardwareConfig, to_container(cfg.hardware), "hardware")
-        model = build_config(ModelConfig, to_container(cfg.model), "model")
-        check_vllm(hardware)
+        (job,) = validate(overrides, multirun=False, build=build_server)
     except ConfigError as err:
         return fail(str(err))
+    hardware, model = job.built
     cmd = serve_command(str(model_folder(model)), hardware)
     print(f"rlpost: {shlex.join(cmd)}", file=sys.stderr, flush=True)
     return subprocess.call(cmd)

@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
-from rlpost.tools.app import Tool
 
 
 @dataclass(frozen=True)
@@ -83,10 +83,8 @@ def run(s: SweepSummarySettings, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-TOOL = Tool(command="sweep-summary", config_name="sweep_summary", settings=SweepSummarySettings, check=check, run=run)
+APP = tool("sweep-summary", "sweep_summary", SweepSummarySettings, check, run)
 
 
 def main(args: list[str]) -> int:
-    from rlpost.tools.app import main as app_main
-
-    return app_main(TOOL, args)
+    return launch(APP, args)

@@ -1,0 +1,109 @@
+"""``rlpost train [overrides] [-m]``: train a policy (rlpost/train.py) as a Hydra app on ``conf/config.yaml``.
+
+``-m`` multirun, ``--cfg job``, ``--help`` work as in any Hydra app. Through the launch path
+(rlpost/app.py) every job of the command line is composed and built once (``build_run``) before
+Hydra starts; then, before the first job:
+- a search sweep (``hydra/sweeper=search``) checks that every job can return ``eval.objective``;
+- ``resume=`` points ``hydra.run.dir`` at the run to continue, and a multirun's ``resume=auto`` points
+  ``hydra.sweep.dir`` at the sweep to finish (rlpost/checkpoints.py, rlpost/sweep_resume.py); the
+  output folder must be writable;
+- ``hardware.num_processes > 1`` re-runs the command under ``accelerate launch`` (rlpost/launch/).
+Each job then trains the BuiltRun validated for it (``train(cfg, run_dir, overrides, run=...)``).
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+from rlpost.app import App, Job, build_run_of, launch
+from rlpost.errors import RunStopped
+
+
+def prelaunch(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str] | int:
+    """Before Hydra starts: the extra overrides of this launch, or the exit code of ``accelerate launch``."""
+    from rlpost.launch.accelerate import relaunch
+    from rlpost.objective import check_objective
+
+    if multirun and any(o.split("=", 1)[0] == "hydra/sweeper" for o in overrides):  # a search sweep
+        for job in jobs:
+            check_objective(job.built.settings.eval)
+    extra = launch_overrides(jobs, overrides, multirun)  # reliability
+    hardware = hardware_of(jobs, multirun)  # scale-out: N processes -> accelerate launch (rlpost/launch/)
+    if hardware is not None:
+        return relaunch(hardware, [*overrides, *extra])
+    return extra
+
+
+def launch_overrides(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str]:
+    """Extra Hydra overrides for this launch: ``hydra.run.dir=<run>`` when ``resume=`` continues an
+    earlier run directory (rlpost/checkpoints.py), ``hydra.sweep.dir=<sweep>`` when a multirun's
+    ``resume=auto`` continues an earlier sweep (rlpost/sweep_resume.py). Also checks the output folder
+    is writable."""
+    from rlpost.checkpoints import resolve_resume
+    from rlpost.rundir import check_writable
+    from rlpost.sweep_resume import comparable_config, resolve_sweep_resume
+
+    given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
+    key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
+    check_writable(given.get(key, "multirun" if multirun else "outputs"), key)
+    if multirun:  # resume=auto: the earlier sweep; a search sweeper's jobs check their folders themselves
+        if given.get("resume") != "auto" or "hydra/sweeper" in given:
+            return []
+        run_dir, message = resolve_sweep_resume([comparable_config(job.cfg) for job in jobs], given.get(key))
+    else:
+        config = comparable_config(jobs[0].cfg)
+        run_dir, message = resolve_resume(config.get("resume"), config, given.get(key))
+    if message:
+        print(f"rlpost: {message}", file=sys.stderr)
+    return [f"{key}={run_dir}"] if run_dir and key not in given else []
+
+
+def hardware_of(jobs: list[Job], multirun: bool):
+    """The hardware profile when this launch must re-run under accelerate launch, else None."""
+    from rlpost.launch.accelerate import should_relaunch, single_process_env
+    from rlpost.launch.checks import check_multirun
+
+    if multirun:
+        for job in jobs:
+            check_multirun(job.built.hardware)
+        return None
+    hardware = jobs[0].built.hardware
+    if should_relaunch(hardware):
+        return hardware
+    single_process_env(hardware)  # ZeRO in one process: the env a launcher would set
+    return None
+
+
+def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
+    """One Hydra job: train the validated run, print its summary; returns the search objective."""
+    from hydra.core.hydra_config import HydraConfig
+
+    from rlpost.objective import objective_value
+    from rlpost.sweep_resume import skip_finished_job
+    from rlpost.train import train
+
+    try:
+        summary = skip_finished_job(cfg, HydraConfig.get()) or train(cfg, output_dir, overrides, run=built)
+    except RunStopped as err:  # reliability: disk full, run directory removed, read-only checkpoints
+        print(f"rlpost: stopped: {err}", file=sys.stderr)
+        sys.exit(RunStopped.exit_code)
+    if summary.get("preempted"):  # reliability: SIGTERM/SIGINT -> checkpoint saved, distinct exit code
+        from rlpost.preemption import EXIT_PREEMPTED
+
+        print(f"rlpost: preempted by {summary['preempted']}; checkpoint {summary['checkpoint']}", file=sys.stderr)
+        sys.exit(EXIT_PREEMPTED)
+    before, after = summary.get("before", {}), summary.get("after", {})
+    print(f"run directory: {summary['run_dir']}")
+    for key in ("eval/accuracy", "eval/reward", "eval/mean_length"):
+        if key in after:
+            print(f"  {key:<18} {before.get(key, float('nan')):.3f} -> {after[key]:.3f}")
+    print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
+    return objective_value(summary, cfg.eval.objective)  # a ConfigError exits with code 2 (rlpost/app.py)
+
+
+APP = App(command="train", config_name="config", build=build_run_of, run=run, prelaunch=prelaunch)
+
+
+def main(args: list[str]) -> int:
+    return launch(APP, args)
