@@ -35,8 +35,6 @@ from typing import Any
 from rlpost.confdir import CONF_DIR, config_groups, group_options
 from rlpost.errors import ConfigError
 
-__all__ = ["CONF_DIR", "config_groups", "group_options"]  # re-exported: conf/ as the launch path sees it
-
 HYDRA_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p"}
 
 
