@@ -28,7 +28,7 @@ from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
-from rlpost.losses.kl import KLConfig
+from rlpost.losses.kl import KLConfig, KLPenalty
 from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS
@@ -83,7 +83,8 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
     aggregation = node.get("aggregation", "seq-mean-token-mean")
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
-    regularizers = []
+    kl = build_config(KLConfig, node.get("kl"), "algorithm.kl")
+    regularizers = [("kl", KLPenalty(kl))] if kl.coef > 0 and kl.placement == "loss" else []  # KL's home in the loss
     for name, params in (node.get("regularizers") or {}).items():
         regularizers.append(
             (name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}"))
@@ -94,7 +95,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         loss=build_component(LOSSES, node.get("loss"), "algorithm.loss"),
         regularizers=regularizers,
         aggregation=aggregation,
-        kl=build_config(KLConfig, node.get("kl"), "algorithm.kl"),
+        kl=kl,
         dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,

@@ -32,7 +32,7 @@ class TrainSettings:
     top_p: Annotated[float, Range(gt=0, le=1)] = 1.0
     top_k: Annotated[int, Range(ge=0, why="0 = off")] = 0
     gradient_checkpointing: bool = False
-    logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer_logprobs.py)
+    logprob_head: Literal["auto", "trl", "compact"] = "auto"  # who scores the tokens (rlpost/trainer/logprobs.py)
     # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
     logprob_chunk: Annotated[int, Range(ge=1)] = 1024
     shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward

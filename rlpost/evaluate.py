@@ -1,7 +1,9 @@
 """Held-out evaluation: generate for eval prompts, score with the run's reward terms.
 
 The first reward term is the run's accuracy metric (for ``math_answer`` it is exact correctness);
-every term's mean and the weighted reward are reported too. With ``group_by`` (a dataset column,
+every term's mean and the reward are reported too. The reward is the run's own combination of the
+terms (``combine``: ``RewardParts.combined``, the pipeline's stage 1), so ``eval/reward`` is the
+training reward; a sample that no term could score is left out of its mean, as in training. With ``group_by`` (a dataset column,
 e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports pass@k with the unbiased
@@ -20,6 +22,9 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+# reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
+Combine = Callable[[torch.Tensor, int], tuple[torch.Tensor, dict[str, float]]]
+
 
 @torch.no_grad()
 def evaluate(
@@ -28,7 +33,7 @@ def evaluate(
     dataset: Any,
     reward_funcs: list[Callable],
     reward_names: list[str],
-    weights: torch.Tensor,
+    combine: Combine,
     *,
     max_new_tokens: int,
     batch_size: int = 50,
@@ -64,7 +69,7 @@ def evaluate(
         scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
     result = {f"eval/{name}": torch.nanmean(scores[:, j]).item() for j, name in enumerate(reward_names)}
     result["eval/accuracy"] = result[f"eval/{reward_names[0]}"]
-    result["eval/reward"] = torch.nanmean((scores * weights.cpu()).nansum(dim=1)).item()
+    result["eval/reward"] = torch.nanmean(combine(scores, 1)[0]).item()  # the training reward, one sample each
     result["eval/mean_length"] = sum(lengths) / max(len(lengths), 1)
     result["eval/num_prompts"] = len(rows)
     if group_by is not None:
@@ -88,19 +93,19 @@ def pass_at_k(n: int, c: int, k: int) -> float:
 
 
 def sample_metrics(
-    scores: torch.Tensor, weights: torch.Tensor, lengths: torch.Tensor, ks: list[int], threshold: float, prefix: str
+    scores: torch.Tensor, combine: Combine, lengths: torch.Tensor, ks: list[int], threshold: float, prefix: str
 ) -> dict[str, float]:
-    """Metrics of ``n`` samples per prompt: scores ``[P, n, R]`` (NaN = unscorable), weights ``[R]``, lengths ``[P, n]``.
+    """Metrics of ``n`` samples per prompt: scores ``[P, n, R]`` (NaN = unscorable), lengths ``[P, n]``.
 
-    accuracy: mean first term; pass@k per k <= n (and k = n); reward: mean of sum_r w_r s_r;
-    reward_std: mean over prompts of the population std of the weighted reward within the group;
+    accuracy: mean first term; pass@k per k <= n (and k = n); reward: mean of the combined reward
+    (``combine`` over each prompt's group of n); reward_std: mean over prompts of the population std
+    of the reward within the group;
     signal_fraction: prompts whose group rewards are not all equal (GRPO gets a non-zero advantage);
     headroom: pass@n - pass@1; mean_length in tokens.
     """
     n = scores.size(1)
     correct = (scores[..., 0] >= threshold).sum(dim=1).tolist()  # NaN >= t is False: unscorable = wrong
-    reward = (scores * weights.cpu()).nansum(dim=2)  # [P, n]
-    reward = torch.where(torch.isnan(scores).all(dim=2), torch.nan, reward)
+    reward = combine(scores.reshape(-1, scores.size(2)), n)[0].view(scores.size(0), n)  # [P, n]
     spread = torch.stack(
         [r[~torch.isnan(r)].std(unbiased=False) if (~torch.isnan(r)).sum() > 1 else r.new_zeros(()) for r in reward]
     )
@@ -135,7 +140,7 @@ def evaluate_sampled(
     tokenizer: Any,
     dataset: Any,
     reward_funcs: list[Callable],
-    weights: torch.Tensor,
+    combine: Combine,
     *,
     n: int,
     ks: list[int],
@@ -166,7 +171,7 @@ def evaluate_sampled(
             progress.advance(task, len(chunk))
     model.train(was_training)
     scores = score(rows, completions, n, reward_funcs).view(len(rows), n, len(reward_funcs))
-    return sample_metrics(scores, weights, torch.tensor(lengths).view(len(rows), n), ks, threshold, prefix)
+    return sample_metrics(scores, combine, torch.tensor(lengths).view(len(rows), n), ks, threshold, prefix)
 
 
 def _generate(

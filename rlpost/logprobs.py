@@ -17,7 +17,7 @@ kernel; a batch of at most one chunk keeps its log-softmax and skips the recompu
     H = -sum_v p_v log p_v               [n]
     dL/dz = g_logp (onehot_t - p) - g_H p (log p + H),   dL/dh = dL/dz W / T,   dL/dW = (dL/dz)^T h / T
 
-The choice between this head and TRL's is ``train.logprob_head`` (rlpost/trainer_logprobs.py).
+The choice between this head and TRL's is ``train.logprob_head`` (rlpost/trainer/logprobs.py).
 """
 
 from __future__ import annotations

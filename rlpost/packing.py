@@ -2,7 +2,7 @@
 
 A GRPO micro-batch ``ids [B, S]`` holds every prompt G times, left-padded to the prompt width P, and
 every completion right-padded to T = S - P after its EOS. The padded forward runs B x S tokens; the
-shared-prefix forward (rlpost/trainer_logprobs.py) runs each prompt once but still B x T completion
+shared-prefix forward (rlpost/trainer/logprobs.py) runs each prompt once but still B x T completion
 tokens. Here each distinct prompt and its completions become one row, with only real tokens:
 
     row d = [prompt_d | completion_1[:-1] | completion_2[:-1] | ...]     (no pads between them)

@@ -17,7 +17,7 @@ One row per completion:
 
 The behaviour log-probs are TRL's ``old_per_token_logps`` when it computed them for this batch
 and their attention covered every completion token; otherwise one no-grad forward of the
-sampling weights (``RLPostTrainer._sampling_logps``) over the unmasked completions.
+sampling weights (``RLPostTrainer._sampling_logps``, rlpost/trainer/scoring.py) over the unmasked completions.
 """
 
 from __future__ import annotations
@@ -79,7 +79,7 @@ class ReplayWriter:
         inputs: list[dict],
     ) -> None:
         """``terms`` [B, R], ``rewards`` [B], ``advantages`` [B] or [B, T]: this process's slice."""
-        rollout = trainer._rollout
+        rollout = trainer.batch  # this process's rollouts (rlpost/batch.py)
         lengths = torch.tensor(rollout.lengths, device=output["completion_ids"].device)
         logps = output.get("old_per_token_logps")
         if logps is None or bool((output["completion_mask"].sum(1) != lengths).any()):

@@ -60,7 +60,12 @@ class RewardParts:
     names: list[str]  # [R]
     weights: torch.Tensor  # [R]
     combine: Combine
-    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (guard.py)
+    failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (reward_guard.py)
+
+    def combined(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
+        """Reward terms [N, R] -> rewards [N] and the combiner's metrics: the one combination that training
+        (rlpost/pipeline.py, stage 1) and held-out evaluation (rlpost/evaluate.py) both use."""
+        return self.combine(terms, self.weights.to(terms.device), num_generations)
 
 
 @dataclass

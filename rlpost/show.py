@@ -68,10 +68,8 @@ def explain(run: BuiltRun) -> str:
     if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
         lines.append(f"  x correction {_describe(algo.correction)}")
         lines.append(f"    rollouts: {_rollout_source(algo.correction)}")
-    if algo.kl.coef > 0 and algo.kl.placement == "loss":
-        lines.append(f"  + {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref)")
-    for name, regularizer in algo.regularizers:
-        lines.append(f"  + {name}: {_describe(regularizer)}")
+    for name, regularizer in algo.regularizers:  # KL in the loss is the first, when it is on
+        lines.append(f"  + {_describe(regularizer)}" if name == "kl" else f"  + {name}: {_describe(regularizer)}")
     if algo.offline is not None:  # algorithm=regen: batches from recorded replays
         cap, count = algo.offline.config.is_cap, len(algo.offline.paths)
         lines.append(f"  x min(pi_old / mu, {cap:g}) per token: truncated IS vs the behaviour of {count} replay(s)")

@@ -19,7 +19,7 @@ trainer.train()
 rank = dist.get_rank()
 record = {
     "world": dist.get_world_size(),
-    "local": trainer._rollout.completions,
-    "terms": trainer._reward_terms[:, 0].tolist(),
+    "local": trainer.batch.completions,
+    "terms": trainer.batch.reward_terms[:, 0].tolist(),
 }
 (out / f"rank{rank}.json").write_text(json.dumps(record))

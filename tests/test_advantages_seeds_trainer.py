@@ -26,6 +26,11 @@ class Spy:
         self.calls.append((batch, out[0]))
         return out
 
+    def estimate(self, batch):  # what the pipeline calls (rlpost/pipeline.py, stage 5)
+        out = self.component.estimate(batch)
+        self.calls.append((batch, out.advantages))
+        return out
+
 
 TWO_TERMS = (
     "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}},"

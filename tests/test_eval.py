@@ -15,7 +15,7 @@ from rlpost import cli
 from rlpost.evaluate import pass_at_k, sample_metrics, score
 from rlpost.reward_terms import build_reward_terms
 
-from trainer_utils import TINY
+from trainer_utils import TINY, weighted_sum
 
 TESTS = Path(__file__).resolve().parent
 
@@ -36,7 +36,7 @@ def test_sample_metrics_by_hand():
     first = torch.tensor([[0.0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     scores = torch.stack([first, torch.ones(4, 4)], dim=2)  # [P=4, n=4, R=2]
     lengths = torch.tensor([[2, 4, 6, 8]] * 4)
-    m = sample_metrics(scores, torch.tensor([1.0, 0.5]), lengths, [1, 2, 8], 1.0, "s")
+    m = sample_metrics(scores, weighted_sum([1.0, 0.5]), lengths, [1, 2, 8], 1.0, "s")
     assert m["s/accuracy"] == pytest.approx(7 / 16)
     assert m["s/pass@1"] == pytest.approx((0 + 0.25 + 0.5 + 1) / 4)
     assert m["s/pass@2"] == pytest.approx((0 + 0.5 + 5 / 6 + 1) / 4)  # 0.583
@@ -52,7 +52,7 @@ def test_sample_metrics_by_hand():
 
 def test_unscorable_samples_are_wrong_for_pass_at_k_and_skipped_in_means():
     scores = torch.tensor([[[float("nan")], [1.0]]])  # one prompt, n = 2: unscorable, correct
-    m = sample_metrics(scores, torch.ones(1), torch.tensor([[3, 5]]), [1], 1.0, "s")
+    m = sample_metrics(scores, weighted_sum([1.0]), torch.tensor([[3, 5]]), [1], 1.0, "s")
     assert m["s/accuracy"] == 1.0 and m["s/pass@1"] == 0.5 and m["s/pass@2"] == 1.0
     assert m["s/reward"] == 1.0 and m["s/reward_std"] == 0.0
 
@@ -67,7 +67,7 @@ def test_math_answer_on_fixed_completions():
     scores = score(rows, completions, 2, funcs)
     assert scores[:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
     lengths = torch.tensor([[1, 4], [2, 4]])
-    m = sample_metrics(scores.view(2, 2, 1), weights, lengths, [1, 2], 1.0, "s")
+    m = sample_metrics(scores.view(2, 2, 1), weighted_sum(weights), lengths, [1, 2], 1.0, "s")
     assert m["s/pass@1"] == pytest.approx((0.5 + 1.0) / 2) and m["s/pass@2"] == 1.0
     assert m["s/accuracy"] == 0.75 and m["s/mean_length"] == 2.75
     assert m["s/signal_fraction"] == 0.5  # only the first prompt's group has a reward difference

@@ -12,7 +12,7 @@ from rlpost.evaluate import _accuracy_by, evaluate
 from rlpost.models import load_model, load_tokenizer
 from rlpost.train import train
 
-from trainer_utils import HASH_REWARD, TINY, make_run
+from trainer_utils import HASH_REWARD, TINY, make_run, weighted_sum
 
 
 def test_accuracy_by_hand_worked():
@@ -44,7 +44,7 @@ def test_evaluate_reports_per_group_accuracy_with_a_real_model():
         rows,
         [column_reward],
         ["col"],
-        torch.ones(1),
+        weighted_sum([1.0]),
         max_new_tokens=2,
         group_by="variant",
         show_progress=False,

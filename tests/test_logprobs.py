@@ -92,7 +92,7 @@ def test_shared_prompt_prefix_equals_the_full_forward(tmp_path):
     """Rows 0-2 share a left-padded prompt, row 3 has its own: the prompt runs once per distinct prompt and
     its KV cache is expanded; hidden states and the backbone's gradients match the plain forward."""
     from rlpost.models import load_model
-    from rlpost.trainer_logprobs import backbone_hidden
+    from rlpost.trainer.logprobs import backbone_hidden
 
     model = load_model(make_run([]).model)
     torch.manual_seed(0)

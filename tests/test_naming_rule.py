@@ -94,8 +94,6 @@ HELPERS: dict[str, str] = {
     "losses/kl.py": "algorithm.kl: KL estimators, the KL regularizer built from algorithm.kl (not a registered choice)",
     "regularizers/air_sampler.py": "AIR's whole-intent batch sampler (its sampler member)",
     "grad/subspace.py": "the reference subspace shared by trusted_projection and direction_monitor",
-    "corrections/apply.py": "the trainer's correction glue: moves to rlpost/trainer/ (issue 17 item 4)",
-    "corrections/rollout.py": "the rollout copy / peer engine: moves to rlpost/trainer/ (issue 17 item 4)",
     "rewards/code_runner.py": "the child program code_exec's sandbox runs (imports nothing from rlpost)",
     "rewards/embeddings.py": "sentence embeddings for group_diversity and core",
     "rewards/group.py": "GroupReward, the base of the group-level rewards",

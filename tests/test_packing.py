@@ -7,7 +7,7 @@ import torch
 
 from rlpost.models import load_model
 from rlpost.packing import pack_groups
-from rlpost.trainer_logprobs import backbone_hidden
+from rlpost.trainer.logprobs import backbone_hidden
 
 from trainer_utils import make_run, rlpost_trainer
 

@@ -123,21 +123,25 @@ def group_batch(whiten: bool):
     return GAE(GAE.Config(gamma=1.0, lam=0.5, whiten=whiten)), batch
 
 
-def test_gae_component_returns_advantages_and_writes_returns():
+def test_gae_component_returns_advantages_and_its_returns():
     assert ADVANTAGES.get("gae") is GAE
     component, batch = group_batch(whiten=False)
-    adv, metrics = component(batch)
+    estimate = component.estimate(batch)
+    adv, metrics = estimate.advantages, estimate.metrics
     close(adv, [[-0.125, 0.15, 0.7, 0.0], [-1.5, -1.0, 0.0, 0.0]])
-    close(batch.extras["returns"], [[0.375, 0.55, 0.9, 0.0], [-0.5, -1.0, 0.0, 0.0]])
+    close(estimate.extras["returns"], [[0.375, 0.55, 0.9, 0.0], [-0.5, -1.0, 0.0, 0.0]])
+    assert "returns" not in batch.extras  # handed back, not written into the batch
     assert metrics["gae/advantage_mean"] == pytest.approx((-0.125 + 0.15 + 0.7 - 1.5 - 1.0) / 5)
     assert metrics["gae/values_mean"] == pytest.approx((0.5 + 0.4 + 0.2 + 1.0 + 0.0) / 5)
+    called, _ = component(batch)  # the plain call gives the same advantages
+    close(called, [[-0.125, 0.15, 0.7, 0.0], [-1.5, -1.0, 0.0, 0.0]])
     component, batch = group_batch(whiten=True)
-    adv, _ = component(batch)
-    counted = adv[torch.tensor(MASK).bool()]
+    estimate = component.estimate(batch)
+    counted = estimate.advantages[torch.tensor(MASK).bool()]
     assert counted.mean().item() == pytest.approx(0.0, abs=1e-6) and counted.std().item() == pytest.approx(
         1.0, abs=1e-5
     )
-    close(batch.extras["returns"], [[0.375, 0.55, 0.9, 0.0], [-0.5, -1.0, 0.0, 0.0]])  # targets are not whitened
+    close(estimate.extras["returns"], [[0.375, 0.55, 0.9, 0.0], [-0.5, -1.0, 0.0, 0.0]])  # targets are not whitened
     del batch.extras["values"]
     with pytest.raises(RuntimeError, match="critic's values"):
         component(batch)

@@ -35,8 +35,8 @@ def test_two_steps_majority_vote_and_core(tmp_path):
             log["rewards/majority_vote/mean"] + 0.5 * log["rewards/core/mean"], abs=1e-4
         )
     # the last generation batch: each completion's majority_vote reward is agreement with its group's mode
-    texts = [" ".join(completion_text(c).split()).lower() or None for c in trainer._rollout.completions]
-    terms_matrix = trainer._reward_terms.cpu()
+    texts = [" ".join(completion_text(c).split()).lower() or None for c in trainer.batch.completions]
+    terms_matrix = trainer.batch.reward_terms.cpu()
     assert terms_matrix.shape == (8, 2)
     for g in range(2):
         group = texts[4 * g : 4 * g + 4]

@@ -43,10 +43,10 @@ class Recorder(RLPostTrainer):
             self.batches.append(
                 {
                     "rows": list(inputs),
-                    "kinds": list(self._rollout_kinds),
-                    "texts": [completion_text(c) for c in self._rollout.completions],
+                    "kinds": list(self.batch.kinds),
+                    "texts": [completion_text(c) for c in self.batch.completions],
                     "scored": self._scored,
-                    "terms": self._reward_terms.clone(),
+                    "terms": self.batch.reward_terms.clone(),
                     "rewards": out["rlpost_rewards"].clone(),
                     "advantages": out["advantages"].clone(),
                     "prompt_ids": out["prompt_ids"].clone(),

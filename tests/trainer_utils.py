@@ -27,6 +27,16 @@ TINY = [
 HASH_REWARD = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
 
 
+def weighted_sum(weights):
+    """The default ``reward.combine`` (weighted_sum) over ``weights`` [R], as evaluate() takes it."""
+    import torch
+
+    from rlpost.combine.weighted_sum import WeightedSum
+
+    combine = WeightedSum(WeightedSum.Config())
+    return lambda terms, group_size: combine(terms, torch.as_tensor(weights).to(terms), group_size)
+
+
 def make_run(overrides: list[str]):
     return build_run(compose([*TINY, HASH_REWARD, *overrides]))
 

@@ -39,6 +39,15 @@ class GroupBatch:
         return x.view(self.num_groups, self.num_generations, *x.shape[1:])
 
 
+@dataclass
+class Estimate:
+    """An advantage estimator's result: ``advantages`` [N] or [N, T], float metrics, named by-products."""
+
+    advantages: torch.Tensor
+    metrics: dict[str, float]
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"returns": [N, T]} (GAE)
+
+
 class Advantage(Component):
     """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token).
 
@@ -48,6 +57,12 @@ class Advantage(Component):
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """Group batch -> advantages [N] or [N, T], and float metrics."""
         raise NotImplementedError
+
+    def estimate(self, batch: GroupBatch) -> Estimate:
+        """What the pipeline (rlpost/pipeline.py, stage 5) calls: the advantages, metrics and any by-products
+        the trainer needs (GAE's value targets ``returns`` [N, T]); by default ``self(batch)`` and none."""
+        advantages, metrics = self(batch)
+        return Estimate(advantages, metrics)
 
 
 ADVANTAGES: Registry[Advantage] = Registry("advantage", Advantage)

@@ -21,8 +21,8 @@ Choices where the abstracts are silent:
 - The terminal score sits on the last counted token; a row with no counted token drops its score.
   Truncated rows (no EOS) are treated as ended too (no bootstrap from V after the length limit), as
   TRL's old PPOTrainer did.
-- Returns are written to ``extras["returns"]`` [N, T] for the value loss (a side channel on the batch:
-  an advantage returns only advantages and metrics).
+- The returns R_t = A_t + V_t [N, T] (before whitening) are the value loss's targets: ``estimate``
+  gives them back as ``Estimate.extras["returns"]`` (the pipeline's result carries them to PPO).
 - Whitening (TRL's old ``masked_whiten``, shift_mean=True) is over every counted token of the
   generation batch, unbiased variance; padding stays 0. Groups (num_generations) are not used.
 """
@@ -34,7 +34,7 @@ from typing import Annotated
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, Estimate, GroupBatch
 from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
@@ -93,14 +93,18 @@ class GAE(Advantage):
                     raise ValueError(f"{key}={getattr(self, key)} must be in [0, 1]")
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
-        """rewards [N], extras values / token_rewards [N, T] -> advantages [N, T]; writes extras["returns"]."""
+        """rewards [N], extras values / token_rewards [N, T] -> advantages [N, T] and metrics."""
+        estimate = self.estimate(batch)
+        return estimate.advantages, estimate.metrics
+
+    def estimate(self, batch: GroupBatch) -> Estimate:
+        """As ``__call__``, plus the value targets ``extras["returns"]`` [N, T] for PPO's value loss."""
         if "values" not in batch.extras:
             raise RuntimeError("advantage gae needs the critic's values (extras['values']): use algorithm=ppo")
         mask = batch.completion_mask.float()
         values = batch.extras["values"].float()
         rewards = token_rewards(batch.rewards.float().nan_to_num(0.0), mask, batch.extras.get("token_rewards"))
         advantages, returns = gae(rewards, values, mask, self.cfg.gamma, self.cfg.lam)
-        batch.extras["returns"] = returns
         count = mask.sum().clamp(min=1.0)
         metrics = {
             "gae/advantage_mean": float((advantages * mask).sum() / count),
@@ -109,7 +113,7 @@ class GAE(Advantage):
         }
         if self.cfg.whiten:
             advantages = masked_whiten(advantages, mask)
-        return advantages, metrics
+        return Estimate(advantages, metrics, {"returns": returns})
 
     def check_run(self, run) -> None:
         if run.algorithm.critic is None:

@@ -4,9 +4,10 @@ TRL 1.16 has no PPOTrainer, so PPO is RLPostTrainer plus a critic; everything el
 
 1. Rollout (seam 3, ``_rollout_statistics``): after TRL generated and scored the batch, a no-grad
    forward gives the rollout values V_old [B, T] (``critic.py``) and the rollout policy's log-probs;
-   with ``kl.placement=token`` the per-token reward ``-coef * KL_est(pi_rollout || ref)`` is added.
-   Both go into ``GroupBatch.extras``; the ``gae`` advantage turns them and the combined task reward
-   into whitened token advantages [N, T] and value targets R (``advantages/gae.py``).
+   with ``kl.placement=token`` the pipeline's shaping stage makes ``-coef * KL_est(pi_rollout || ref)``
+   each token's reward (rlpost/pipeline.py). The ``gae`` advantage turns values, token rewards and the
+   combined task reward into whitened token advantages [N, T] and returns the value targets R
+   (``advantages/gae.py``), which the loss reads from the pipeline's result.
 2. Loss (seam 4, hook ``_critic_loss``): the policy loss is the run's ``loss`` component (``clip``
    for PPO, ``output_reset`` for PPO-OR) on TRL's behaviour log-probs (``old_per_token_logps``); the
    clipped value loss times ``value_coef`` is added per token, then the run's one aggregation.
@@ -33,7 +34,6 @@ from transformers import TrainerCallback
 
 from rlpost.algorithms.critic import CriticModel, ValueHead, completion_values, value_loss
 from rlpost.losses.base import LossInputs
-from rlpost.losses.kl import kl_estimate
 from rlpost.trainer import RLPostTrainer
 
 CRITIC_FILE = "critic.safetensors"
@@ -66,8 +66,6 @@ class PPOTrainer(RLPostTrainer):
         super().__init__(*args, run=run, model=model, **kwargs)
         self.critic.to(self.accelerator.device)
         self.add_callback(_ZeroCriticGrads(self.critic))
-        self._extras: dict[str, torch.Tensor] = {}
-        self._old_values: torch.Tensor | None = None
 
     def _capture_hidden(self, module, args, output) -> None:
         if self._hidden is not None:
@@ -88,23 +86,18 @@ class PPOTrainer(RLPostTrainer):
         attention_mask = torch.cat([batch["prompt_mask"], batch["completion_mask"]], dim=1)
         return completion_values(self.critic(input_ids, attention_mask), completion_length), result
 
-    # ---- rollout: values, per-token KL reward (extras of the group batch) -----------------------
+    # ---- rollout: values and the rollout log-probs (statistics of the pipeline's inputs) ----------
     def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:
+        """The components' statistics plus ``values`` [N, T] and, when the value pass computed them, the
+        rollout ``logps`` [N, T] (the pipeline's per-token KL reward reads them; rlpost/pipeline.py)."""
         stats = super()._rollout_statistics(output)
         kl = self.run.algorithm.kl
         token_kl = kl.coef > 0 and kl.placement == "token"
         with torch.no_grad():
             values, logps = self._values(output, lambda: self._rollout_logps(output, token_kl))
-        mask = self._loss_mask(output)
-        self._old_values = values * mask
-        stats["values"] = self._gather_padded(self._old_values)
-        if token_kl:
-            penalty = kl.coef * kl_estimate(logps, output["ref_per_token_logps"], kl.estimator) * mask  # [B, T]
-            stats["token_rewards"] = self._gather_padded(-penalty)
-            self._metrics["train"]["kl/token_penalty_sum_mean"].append(
-                self.accelerator.gather(penalty.sum(-1)).mean().item()
-            )
-        self._extras = stats  # the gae advantage writes extras["returns"] into this dict
+        stats["values"] = self._gather_padded(values * self._loss_mask(output))
+        if logps is not None and "logps" not in stats:
+            stats["logps"] = self._gather_padded(logps)
         return stats
 
     def _rollout_logps(self, output: dict, needed: bool) -> torch.Tensor | None:
@@ -116,11 +109,12 @@ class PPOTrainer(RLPostTrainer):
 
     def _generate_and_score_completions(self, inputs):
         output = super()._generate_and_score_completions(inputs)
-        if "returns" not in self._extras:
-            raise RuntimeError("algorithm.critic is set but the advantage wrote no returns (use advantage=gae)")
-        length = output["completion_ids"].size(1)
-        output["rlpost_returns"] = self._extras["returns"][self._process_slice(len(inputs))][:, :length]
-        output["rlpost_old_values"] = self._old_values
+        result = self.batch.result
+        if "returns" not in result.extras:
+            raise RuntimeError("algorithm.critic is set but the advantage gave no returns (use advantage=gae)")
+        local, length = self._process_slice(len(inputs)), output["completion_ids"].size(1)
+        output["rlpost_returns"] = result.extras["returns"][local][:, :length]
+        output["rlpost_old_values"] = result.batch.extras["values"][local][:, :length]
         return output
 
     # ---- loss: the clipped value loss added per token (hook in RLPostTrainer._compute_loss) -------

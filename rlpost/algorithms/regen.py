@@ -45,7 +45,7 @@ from trl.trainer.utils import pad, use_adapter
 from rlpost.errors import ConfigError
 from rlpost.replay import TERM_PREFIX, check_columns, read_meta, read_replay, replay_folder, tokenizer_fingerprint
 from rlpost.schema import build_config
-from rlpost.trainer import RLPostTrainer, RolloutInfo
+from rlpost.trainer import RLPostTrainer
 
 
 @dataclass(frozen=True)
@@ -161,14 +161,11 @@ class _ReplayBatches(GRPOTrainer):
 
         names = self.run.reward.names
         terms = torch.tensor([[float(r[TERM_PREFIX + n]) for n in names] for r in rows], device=device)
-        self._reward_terms = self.accelerator.gather(terms)  # [N, R], what seam 2 would have kept
-        self._rollout = RolloutInfo(
-            prompts=[r["prompt"] for r in rows],
-            completions=[r["completion"] for r in rows],
-            lengths=lengths,
-            truncated=[bool(r["truncated"]) for r in rows],
-        )
-        weighted = self._reward_terms @ self.run.reward.weights.to(device)
+        batch = self.batch  # what seams 1 and 2 would have recorded (rlpost/batch.py)
+        batch.reward_terms = self.accelerator.gather(terms)  # [N, R]
+        batch.prompts, batch.completions = [r["prompt"] for r in rows], [r["completion"] for r in rows]
+        batch.lengths, batch.truncated = lengths, [bool(r["truncated"]) for r in rows]
+        weighted = batch.reward_terms @ self.run.reward.weights.to(device)
         metrics["reward"] = weighted.mean().item()
         metrics["completions/mean_length"] = (
             self.accelerator.gather(torch.tensor(lengths, device=device).float()).mean().item()

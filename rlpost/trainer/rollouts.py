@@ -1,9 +1,9 @@
 """The generation-side seams of RLPostTrainer (a mixin, so trainer.py stays one screen of seams).
 
-- seam 1b ``_rollout_strategy`` / ``_rollout_rewards``: the ``algorithm/rollout`` strategy
-  (rlpost/rollouts/) builds each group around TRL's own ``_generate`` and may adjust the rewards.
+- seam 1b ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) builds each
+  group around TRL's own ``_generate``; its ``adjust_rewards`` runs in the pipeline (rlpost/pipeline.py).
 - seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
-  (rlpost/corrections/rollout.py) when the correction asks for them; otherwise TRL's generation, with
+  (rlpost/trainer/rollout_engine.py) when the correction asks for them; otherwise TRL's generation, with
   each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py) and
   oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/onednn.py).
 - ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read.
@@ -16,7 +16,6 @@ from __future__ import annotations
 from contextlib import ExitStack
 
 import torch
-from accelerate.utils import gather_object
 
 from rlpost import onednn
 from rlpost.prefix_generation import shared_prefix_generation
@@ -45,7 +44,7 @@ class RolloutSeams:
         return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        # ---- corrections: sample with the rollout copy / peer model (rlpost/corrections/rollout.py) ----
+        # ---- corrections: sample with the rollout copy / peer model (rlpost/trainer/rollout_engine.py) ----
         if self._rollout_engine is None:
             with self._generation_context(len(prompt_ids)):
                 return super()._generate_single_turn(
@@ -78,24 +77,10 @@ class RolloutSeams:
         """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
         strategy = self.run.algorithm.rollout
         if type(strategy).registry_name == "none" or not self.model.training:
-            self._rollout_kinds = None
             return super()._generate(prompts)
-        rows = getattr(self, "_rollout_rows", None) or [{}] * len(prompts)
-        ctx = RolloutContext(self, super()._generate, rows, self.num_generations)
+        ctx = RolloutContext(self, super()._generate, self.batch.rows, self.num_generations)
         rollouts = strategy.generate(prompts, ctx)
-        self._rollout_kinds = rollouts.kinds
+        self.batch.kinds = rollouts.kinds  # the pipeline's adjust stage reads them (rlpost/pipeline.py)
         for kind in sorted(set(rollouts.kinds)):
             self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
         return rollouts.to_trl()
-
-    def _rollout_rewards(self, rewards: torch.Tensor, metrics: dict) -> torch.Tensor:
-        """The strategy's ``adjust_rewards`` on the gathered rewards [N] (train batches only)."""
-        adjust = getattr(self.run.algorithm.rollout, "adjust_rewards", None)
-        if adjust is None or getattr(self, "_rollout_kinds", None) is None:
-            return rewards
-        kinds, completions, rows = self._rollout_kinds, self._rollout.completions, self._rollout_rows
-        if self.accelerator.num_processes > 1:
-            kinds, completions, rows = gather_object(kinds), gather_object(completions), gather_object(rows)
-        rewards, extra = adjust(rewards, kinds, rows, completions, self.num_generations)
-        metrics.update(extra)
-        return rewards

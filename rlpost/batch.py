@@ -1,0 +1,40 @@
+"""The one state object of a generation batch: what rlpost learns about it between TRL's call sites.
+
+TRL's ``_generate_and_score_completions`` calls ``_generate`` and ``_calculate_rewards`` itself, and
+hands its output dict to the loss. rlpost's seams (rlpost/trainer/) fill one ``GenerationBatch`` as
+they run instead of parking values on the trainer: seam 1 the rollouts, seam 2 the reward matrix,
+seam 3 the pipeline's result (rlpost/pipeline.py). A new one starts with every generation batch, so
+nothing of an earlier batch can be read by mistake.
+
+Shapes: B = this process's completions, N = all processes' (gathered), R = reward terms.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+if TYPE_CHECKING:
+    from rlpost.pipeline import PipelineResult
+
+
+@dataclass
+class GenerationBatch:
+    """One generation batch as rlpost sees it (this process's rows unless a field says gathered)."""
+
+    rows: list[dict[str, Any]]  # [B] the dataset rows, in generation order
+    prompts: list = field(default_factory=list)  # [B] as the reward functions saw them
+    completions: list = field(default_factory=list)  # [B] decoded (text, or messages when conversational)
+    lengths: list[int] = field(default_factory=list)  # [B] completion tokens the policy generated
+    truncated: list[bool] = field(default_factory=list)  # [B] no EOS within max_completion_length
+    kinds: list[str] | None = None  # [B] the rollout strategy's kind per row (None: plain sampling)
+    reward_terms: torch.Tensor | None = None  # [N, R] every reward term, unweighted, gathered
+    result: PipelineResult | None = None  # rewards -> advantages (seam 3)
+
+    def record_rollouts(self, prompts: list, completions: list, completion_ids: list[list[int]], stop_ids: set[int]):
+        """Seam 1: what generation produced; a completion is truncated when it does not end in a stop id."""
+        self.prompts, self.completions = prompts, completions
+        self.lengths = [len(ids) for ids in completion_ids]
+        self.truncated = [len(ids) == 0 or ids[-1] not in stop_ids for ids in completion_ids]

@@ -1,0 +1,155 @@
+"""Reward to advantage as one pure pipeline: tensors in, a typed result out, no trainer and no model.
+
+    reward terms [N, R]
+      1. combine    reward.combine (rlpost/combine/): terms and weights -> task rewards [N]
+      2. adjust     the rollout strategy's adjust_rewards (rlpost/rollouts/), training batches only
+      3. whiten     algorithm.safety.reward_whitening (rlpost/safety/whiten.py)
+      4. shape      + DAPO's soft overlong penalty, - KL in the reward (kl.placement=reward),
+                    -KL as each token's own reward (kl.placement=token, PPO's GAE reads it)
+      5. advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch -> [N] or [N, T]
+      6. keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss
+    -> PipelineResult(rewards, task_rewards, advantages, keep, extras, metrics)
+
+Rewards (what to maximise, stages 1-4) and advantages (what the loss pushes on, stage 5) are
+different types, so no stage takes one for the other. N = completions of the generation batch over
+all processes; rows ``g*G .. g*G+G-1`` share a prompt. The trainer (rlpost/trainer/scoring.py)
+gathers the inputs, runs ``run_pipeline`` and hands each process its slice; held-out evaluation
+(rlpost/evaluate.py) uses stage 1, ``combine_rewards``, so ``eval/reward`` is the training reward.
+
+Choices: dynamic sampling reads the task reward (after whitening, before shaping), so shaping
+(overlong, KL) cannot make a solved group look informative; the KL reward penalty is detached.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rlpost.advantages.base import GroupBatch
+from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
+from rlpost.losses.kl import kl_estimate, kl_reward_penalty
+
+if TYPE_CHECKING:
+    from rlpost.run import AlgorithmParts, RewardParts
+
+
+# PPO's per-token KL penalty keeps the name its docs and runs use, beside TRL's own ``kl`` (not rlpost/...)
+UNPREFIXED_METRICS = frozenset({"kl/token_penalty_sum_mean"})
+
+
+@dataclass(frozen=True)
+class Rewards:
+    """Scores to maximise, one per completion: ``values`` [N] (NaN = unscorable)."""
+
+    values: torch.Tensor
+
+
+@dataclass(frozen=True)
+class Advantages:
+    """How hard the loss pushes each completion (``values`` [N]) or each of its tokens ([N, T]) up."""
+
+    values: torch.Tensor
+
+
+@dataclass
+class PipelineInputs:
+    """One generation batch, gathered over processes (padded to the longest completion T)."""
+
+    reward_terms: torch.Tensor  # [N, R] every term, unweighted
+    num_generations: int  # G
+    completion_ids: torch.Tensor  # [N, T]
+    completion_mask: torch.Tensor  # [N, T] 1.0 on completion tokens
+    loss_mask: torch.Tensor  # [N, T] the tokens that count (tool output excluded)
+    lengths: torch.Tensor  # [N] completion tokens the policy generated
+    max_completion_length: int
+    training: bool
+    rows: list[dict[str, Any]] = field(default_factory=list)  # [N] dataset rows
+    completions: list = field(default_factory=list)  # [N] decoded completions (for adjust_rewards)
+    kinds: list[str] | None = None  # [N] the rollout strategy's kind per row (None: plain sampling)
+    policy_logps: torch.Tensor | None = None  # [N, T] rollout policy log-probs (KL shaping)
+    ref_logps: torch.Tensor | None = None  # [N, T] reference log-probs (KL shaping)
+    extras: dict[str, torch.Tensor] = field(default_factory=dict)  # [N, T] statistics components asked for
+    token_text: list[list[str]] = field(default_factory=list)  # [N][T] decoded tokens (requires token_text)
+
+
+@dataclass
+class PipelineResult:
+    rewards: Rewards  # [N] after shaping: what the advantage saw
+    task_rewards: Rewards  # [N] after combine, adjust and whitening, before shaping
+    advantages: Advantages  # [N] or [N, T]
+    keep: torch.Tensor  # [N] float: 0 on rows dynamic sampling drops from the loss
+    extras: dict[str, torch.Tensor]  # the advantage's by-products, e.g. GAE's returns [N, T]
+    metrics: dict[str, float]  # logged under rlpost/<name>, except UNPREFIXED_METRICS
+    batch: GroupBatch  # what the advantage read (regularizers' ``prepare`` reads it too)
+
+
+def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
+    """Stages 1-6 (module docstring) on one gathered generation batch."""
+    task, metrics = combine_rewards(reward, x.reward_terms, x.num_generations)
+    task = adjust_rewards(task, x, algo, metrics)
+    task = Rewards(algo.safety.on_rewards(task.values, metrics, x.training))  # whitening (off by default)
+    rewards, token_rewards = shape_rewards(task, x, algo, metrics)
+    extras = dict(x.extras)
+    if token_rewards is not None:
+        extras["token_rewards"] = token_rewards
+    batch = GroupBatch(
+        rewards=rewards.values,
+        reward_terms=x.reward_terms,
+        term_names=reward.names,
+        num_generations=x.num_generations,
+        completion_mask=x.completion_mask,
+        completion_ids=x.completion_ids,
+        rows=x.rows,
+        extras=extras,
+        token_text=x.token_text,
+    )
+    estimate = algo.advantage.estimate(batch)
+    metrics.update(estimate.metrics)
+    keep = torch.ones_like(rewards.values)
+    if algo.dynamic_sampling and x.training:
+        keep = (~zero_variance_groups(task.values, x.num_generations)).float()
+        metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
+    metrics["reward"] = torch.nanmean(rewards.values).item()
+    return PipelineResult(rewards, task, Advantages(estimate.advantages), keep, estimate.extras, metrics, batch)
+
+
+def combine_rewards(reward: RewardParts, terms: torch.Tensor, num_generations: int) -> tuple[Rewards, dict]:
+    """Stage 1: reward terms [N, R] -> task rewards [N] with the run's combiner and weights."""
+    values, metrics = reward.combined(terms, num_generations)
+    return Rewards(values), metrics
+
+
+def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict) -> Rewards:
+    """Stage 2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only)."""
+    if x.kinds is None or not x.training:
+        return task
+    values, extra = algo.rollout.adjust_rewards(task.values, x.kinds, x.rows, x.completions, x.num_generations)
+    metrics.update(extra)
+    return Rewards(values)
+
+
+def shape_rewards(
+    task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict
+) -> tuple[Rewards, torch.Tensor | None]:
+    """Stage 4: task rewards + overlong penalty - KL penalty -> rewards [N]; with kl.placement=token also
+    the per-token rewards ``-coef * KL_t`` [N, T] that GAE adds to the last token's score."""
+    shaping = torch.zeros_like(task.values)
+    if algo.overlong.soft_penalty:
+        penalty = soft_overlong_penalty(
+            x.lengths, x.max_completion_length, algo.overlong.cache_len, algo.overlong.factor
+        ).to(shaping)
+        shaping = shaping + penalty
+        metrics["overlong/penalty_mean"] = penalty.mean().item()
+    kl, token_rewards = algo.kl, None
+    if kl.coef > 0 and kl.placement == "reward":
+        penalty = kl_reward_penalty(x.policy_logps, x.ref_logps, x.loss_mask, kl.coef, kl.estimator)
+        shaping = shaping - penalty.to(shaping)
+        metrics["kl/reward_penalty_mean"] = penalty.mean().item()
+    if kl.coef > 0 and kl.placement == "token":
+        with torch.no_grad():
+            penalty = kl.coef * kl_estimate(x.policy_logps, x.ref_logps, kl.estimator) * x.loss_mask  # [N, T]
+        token_rewards = -penalty
+        metrics["kl/token_penalty_sum_mean"] = penalty.sum(-1).mean().item()
+    return Rewards(task.values + shaping), token_rewards

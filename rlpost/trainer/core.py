@@ -1,0 +1,129 @@
+"""RLPostTrainer: the class, its construction, and the seams that track one generation batch.
+
+Seam 0 ``_get_train_sampler``: a component's ``sampler`` picks which prompts share a batch.
+Seam 1 ``_generate``: the rollout strategy produces the groups (rollouts.py); each rollout's true
+length and truncation go into the batch state (pad == EOS on many chat models, so lengths cannot be
+read back from the padded ids). Seam 2 ``_calculate_rewards``: the gathered reward matrix [N, R] is
+kept. Seams 3-8 live in the sibling modules (see rlpost/trainer/__init__.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from trl import GRPOTrainer
+
+from rlpost.batch import GenerationBatch
+from rlpost.replay import ReplayWriter
+from rlpost.reward_guard import guard_rewards, take_failure_counts
+from rlpost.run import BuiltRun
+from rlpost.trainer.checkpoints import CheckpointSeams
+from rlpost.trainer.corrections import CorrectionSeams
+from rlpost.trainer.logprobs import LogProbSeams
+from rlpost.trainer.loss import LossSeams
+from rlpost.trainer.rollout_engine import RolloutEngine
+from rlpost.trainer.rollouts import RolloutSeams
+from rlpost.trainer.scoring import ScoringSeams
+
+
+class RLPostTrainer(ScoringSeams, LossSeams, CorrectionSeams, RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
+    """GRPOTrainer whose advantages and loss come from rlpost components (rlpost/trainer/__init__.py)."""
+
+    def __init__(
+        self,
+        *args: Any,
+        run: BuiltRun,
+        sample_sink: Callable[[list[dict]], None] | None = None,
+        replay: ReplayWriter | None = None,
+        event_sink: Callable[[dict], None] | None = None,
+        **kwargs,
+    ):
+        self.run = run
+        self.sample_sink = sample_sink
+        self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/replay.py)
+        self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/batch.py)
+        super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
+        self._onednn = self._route_matmuls()  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/onednn.py)
+        correction = run.algorithm.correction  # a rollout copy / peer model when the correction asks for one
+        self._rollout_engine = None
+        if correction.cfg.rollout_precision is not None or correction.peer is not None:
+            self._rollout_engine = RolloutEngine(
+                self, correction.cfg.rollout_precision, correction.peer, correction.peer_per_group
+            )
+        self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
+
+    # ---- seam 0: which prompts share a generation batch ------------------------------------
+    def _get_train_sampler(self, dataset=None):
+        """A component's ``sampler(...)`` (e.g. AIR's whole-intent batches) replaces TRL's RepeatSampler,
+        keeping its contract: each prompt index G times in a row, each generation batch repeated."""
+        dataset = self.train_dataset if dataset is None else dataset
+        for component in self.run.components():
+            sampler = component.sampler(
+                dataset,
+                generation_batch_prompts=self.args.generation_batch_size // self.num_generations,
+                num_generations=self.num_generations,
+                seed=self.args.seed,
+                repeat_count=self.num_iterations * self.args.steps_per_generation,
+                shuffle=self.shuffle_dataset,
+            )
+            if sampler is not None:
+                return sampler
+        return super()._get_train_sampler(dataset)
+
+    # ---- seam 1: rollouts ------------------------------------------------------------------
+    def _generate(self, prompts: list):
+        out = self._rollout_strategy(prompts)  # algorithm/rollout wraps TRL's generation (rollouts.py)
+        completion_ids, completions = out[1], out[3]
+        if any("logprob" in func.rollout_fields for func in self.run.reward.funcs):
+            # rewards that read generation confidence get the column rlpost_logprob (TRL merges extra_fields
+            # into the reward inputs): each completion's mean token log-prob under the rollout policy
+            extra = dict(out[5] or {})
+            extra["rlpost_logprob"] = self._mean_rollout_logprobs(out[0], completion_ids, out[4])
+            out = (*out[:5], extra, *out[6:])
+        stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        self.batch.record_rollouts(prompts, completions, completion_ids, stop_ids)
+        return out
+
+    # ---- seam 2: keep the reward matrix ----------------------------------------------------
+    def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
+        group_size = self.num_generations if self.model.training else self.num_generations_eval
+        funcs = self.run.reward.funcs  # group rewards see the batch's groups; online rewards learn in training
+        for func in funcs:
+            func.group_size = group_size if func.is_group_reward else None
+            func.learning = self.model.training
+        try:
+            terms = super()._calculate_rewards(inputs, prompts, completions, completion_ids_list)
+        finally:  # outside the trainer (held-out eval) groups are runs of identical prompts again
+            for func in funcs:
+                func.group_size, func.learning = None, False
+        self.batch.reward_terms = terms  # [N, R], gathered over processes
+        mode = "train" if self.model.training else "eval"  # failed samples per term (rlpost/reward_guard.py)
+        for name, count in take_failure_counts(self.reward_funcs).items():
+            total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()
+            self._metrics[mode][f"rlpost/reward_failures/{name}"].append(total.item())
+        return terms
+
+    # ---- safety: fp32 master weights, non-finite loss check (rlpost/safety/kit.py) -------------
+    def create_optimizer(self, *args, **kwargs):
+        return self.safety.on_optimizer(super().create_optimizer(*args, **kwargs))
+
+    def compute_loss(self, model, inputs, *args, **kwargs):  # the loss that is backpropagated, in any subclass
+        loss = super().compute_loss(model, inputs, *args, **kwargs)
+        self.safety.on_loss(loss, "train" if self.model.training else "eval")  # non-finite guard
+        return loss
+
+    # ---- helpers ---------------------------------------------------------------------------
+    def _loss_mask(self, batch: dict) -> torch.Tensor:
+        """[B, T] float: completion tokens that count (tool output tokens excluded)."""
+        mask = batch["completion_mask"].float()
+        return mask * batch["tool_mask"] if "tool_mask" in batch else mask
+
+    def _process_slice(self, local_size: int) -> slice:
+        start = self.accelerator.process_index * local_size
+        return slice(start, start + local_size)
+
+    def _gather_padded(self, x: torch.Tensor) -> torch.Tensor:
+        """Gather [B, T] tensors whose T differs across processes, right-padded with zeros."""
+        return self.accelerator.gather(self.accelerator.pad_across_processes(x, dim=1, pad_index=0))

@@ -1,0 +1,88 @@
+"""Seams 4 and 5 of RLPostTrainer (a mixin): the loss of a micro-batch, and gradient transforms.
+
+Seam 4 ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` component, the per-token
+weights (vLLM's truncated IS, ``algorithm.correction``), the regularizers (KL in the loss is one of
+them, rlpost/losses/kl.py) and PPO's value loss, then one explicit aggregation
+(rlpost/losses/aggregation.py). TRL's ``loss_type`` branches are never reached.
+Seam 5 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
+clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and clipped
+norm would not be the norm of the gradient actually applied).
+
+Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlpost.losses.aggregation import aggregate
+from rlpost.losses.base import LossInputs
+from rlpost.trainer.corrections import WEIGHT_KEY
+
+
+class LossSeams:
+    """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``safety`` and TRL state."""
+
+    def _compute_loss(self, model, inputs):
+        mode = "train" if self.model.training else "eval"
+        algo = self.run.algorithm
+        completion_ids = inputs["completion_ids"]
+        input_ids = torch.cat([inputs["prompt_ids"], completion_ids], dim=1)
+        attention_mask = torch.cat([inputs["prompt_mask"], inputs["completion_mask"]], dim=1)
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
+        )
+        mask = self._loss_mask(inputs) * inputs["rlpost_keep"].unsqueeze(1)
+        old_logps = inputs.get("old_per_token_logps")
+        advantages = inputs["advantages"]
+        x = LossInputs(
+            logps=logps,
+            old_logps=logps.detach() if old_logps is None else old_logps,
+            advantages=advantages.unsqueeze(1) if advantages.dim() == 1 else advantages,
+            mask=mask,
+            entropies=entropies,
+            ref_logps=inputs.get("ref_per_token_logps"),
+            batch=inputs,
+        )
+        x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
+        per_token, metrics = algo.loss(x)
+        if "importance_sampling_ratio" in inputs:  # vLLM rollouts (TRL's truncated IS) and REGEN's replays
+            per_token = per_token * inputs["importance_sampling_ratio"]
+        if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
+            per_token = per_token * inputs[WEIGHT_KEY]
+        for name, regularizer in algo.regularizers:  # KL in the loss first, when it is on (build.py)
+            term, reg_metrics = regularizer(x)
+            per_token = per_token + term
+            metrics.update({(name if key == name else f"{name}/{key}"): v for key, v in reg_metrics.items()})
+        per_token = per_token + self._critic_loss(x, metrics)  # PPO's value loss (algorithms/ppo.py); 0 here
+
+        grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
+        token_normalizer = inputs["rlpost_num_tokens"].clamp(min=1.0) / self.accelerator.num_processes
+        if mode == "train":  # the generation batch spans steps_per_generation micro-batches
+            token_normalizer = token_normalizer * grad_accum / self.args.steps_per_generation
+        loss = aggregate(
+            per_token,
+            mask,
+            algo.aggregation,
+            grad_accum=grad_accum,
+            token_normalizer=token_normalizer,
+            max_completion_length=self.max_completion_length,
+        )
+        metrics["entropy"] = x.masked_mean(entropies.detach())
+        for name, value in metrics.items():
+            self._metrics[mode][name].append(
+                self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item()
+            )
+        return loss
+
+    def _critic_loss(self, x: LossInputs, metrics: dict[str, float]) -> torch.Tensor | float:
+        """Hook: an extra per-token loss term [B, T]; PPOTrainer (algorithms/ppo.py) adds its value loss."""
+        return 0.0
+
+    def _clip_grad_norm(self, model):
+        transform = self.run.algorithm.grad
+        if transform is not None:
+            named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.grad is not None]
+            for name, value in transform(named, self.state.global_step).items():
+                self._metrics["train"][f"grad/{name}"].append(value)
+        return super()._clip_grad_norm(model)

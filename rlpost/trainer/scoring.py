@@ -1,0 +1,151 @@
+"""Seam 3 of RLPostTrainer (a mixin): rewards -> advantages for one generation batch.
+
+``_generate_and_score_completions`` starts the batch state (rlpost/batch.py), lets TRL generate and
+score (seams 1 and 2 fill the state), gathers what the pipeline needs, runs it (rlpost/pipeline.py)
+and hands this process its slice: ``advantages`` [B] or [B, T] for TRL's output dict, plus the loss
+inputs rlpost adds (``rlpost_keep``, ``rlpost_rewards``, ``rlpost_num_tokens``, the correction's
+weights, regularizers' ``prepare`` tensors, another model's ``score_rollouts`` tensors).
+
+Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
+"""
+
+from __future__ import annotations
+
+import torch
+from accelerate.utils import gather_object
+
+from rlpost.batch import GenerationBatch
+from rlpost.pipeline import UNPREFIXED_METRICS, PipelineInputs, run_pipeline
+
+ROLLOUT_STATISTICS = ("entropies", "logps", "ref_logps", "token_text")  # what a component may require
+
+
+class ScoringSeams:
+    """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``batch`` and TRL state."""
+
+    def _generate_and_score_completions(self, inputs):
+        self.batch = GenerationBatch(rows=inputs)
+        output = super()._generate_and_score_completions(inputs)  # seams 1 and 2 run inside
+        training = self.model.training
+        result = self.batch.result = run_pipeline(self._pipeline_inputs(output), self.run.reward, self.run.algorithm)
+        local = self._process_slice(len(inputs))
+        advantages = result.advantages.values
+        local_adv = advantages[local]
+        if local_adv.dim() == 2:  # [N, T_max] -> this process's [B, T]
+            local_adv = local_adv[:, : output["completion_mask"].size(1)]
+        output["advantages"] = local_adv
+        output.update(self._correction_weights(output, advantages, result.metrics))  # trainer/corrections.py
+        for component in self.run.components():  # another model scores the rollouts (e.g. OPD's teacher)
+            output.update(component.score_rollouts(self, output))
+        output["rlpost_keep"] = result.keep[local]
+        output["rlpost_rewards"] = result.rewards.values[local]
+        for _, regularizer in self.run.algorithm.regularizers:
+            output.update({key: value[local] for key, value in regularizer.prepare(result.batch).items()})
+        loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
+        output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
+
+        mode = "train" if training else "eval"
+        for name, value in result.metrics.items():
+            self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)
+        if training:
+            terms = self.batch.reward_terms[local]
+            self._record_samples(terms, result.rewards.values[local], advantages[local])
+            if self.replay is not None:  # logging.replay: this process's rollouts with behaviour log-probs
+                self.replay.record(self, output, terms, result.rewards.values[local], advantages[local], inputs)
+        return output
+
+    def _pipeline_inputs(self, output: dict) -> PipelineInputs:
+        """The batch gathered over processes (completions padded to the longest)."""
+        batch, algo, training = self.batch, self.run.algorithm, self.model.training
+        multi = self.accelerator.num_processes > 1
+        device = output["completion_ids"].device
+        kl_shaping = algo.kl.coef > 0 and algo.kl.placement in ("reward", "token")
+        extras = self._rollout_statistics(output)
+        policy_logps = None
+        if kl_shaping:  # the rollout policy's log-probs, reused when a statistic already holds them
+            policy_logps = extras.get("logps")
+            policy_logps = self._gather_padded(self._policy_logps(output)) if policy_logps is None else policy_logps
+        x = PipelineInputs(
+            reward_terms=batch.reward_terms,
+            num_generations=self.num_generations if training else self.num_generations_eval,
+            completion_ids=self._gather_padded(output["completion_ids"]),
+            completion_mask=self._gather_padded(output["completion_mask"].float()),
+            loss_mask=self._gather_padded(self._loss_mask(output)),
+            lengths=self.accelerator.gather(torch.tensor(batch.lengths, device=device)),
+            max_completion_length=self.max_completion_length,
+            training=training,
+            rows=gather_object(batch.rows) if multi else batch.rows,
+            completions=gather_object(batch.completions) if multi else batch.completions,
+            kinds=(gather_object(batch.kinds) if multi else batch.kinds) if batch.kinds is not None else None,
+            policy_logps=policy_logps,
+            ref_logps=self._gather_padded(output["ref_per_token_logps"]) if kl_shaping else None,
+            extras=extras,
+        )
+        if "token_text" in self._required_statistics():
+            x.token_text = [self._tokenizer.batch_decode([[i] for i in ids]) for ids in x.completion_ids.tolist()]
+        return x
+
+    def _required_statistics(self) -> set[str]:
+        wanted = set()
+        for component in self.run.components():
+            wanted |= set(component.requires)
+        unknown = wanted - set(ROLLOUT_STATISTICS)
+        if unknown:
+            raise RuntimeError(f"components require unknown rollout statistics {sorted(unknown)}")
+        return wanted
+
+    def _rollout_statistics(self, output: dict) -> dict[str, torch.Tensor]:
+        """The per-token statistics components asked for (``requires``), gathered: [N, T_max] each."""
+        wanted = self._required_statistics() - {"token_text"}  # not a tensor: PipelineInputs.token_text
+        stats = {}
+        if wanted & {"entropies", "logps"}:
+            behaviour = output.get("old_per_token_logps")  # TRL's (num_iterations > 1): same weights, same tokens
+            if "entropies" not in wanted and behaviour is not None:
+                stats["logps"] = behaviour  # exact reuse: no second no-grad forward
+            else:
+                stats["logps"], stats["entropies"] = self._sampling_logps(output, compute_entropy=True)
+        if "ref_logps" in wanted:  # TRL computes them only when a reference model is loaded (beta > 0)
+            if output.get("ref_per_token_logps") is None:
+                raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs (kl.coef=0)")
+            stats["ref_logps"] = output["ref_per_token_logps"]
+        return {key: self._gather_padded(stats[key]) for key in sorted(wanted)}
+
+    def _policy_logps(self, output: dict) -> torch.Tensor:
+        """Rollout policy log-probs [B, T]: TRL's when it kept them, else one no-grad forward."""
+        logps = output.get("old_per_token_logps")
+        return self._sampling_logps(output)[0] if logps is None else logps
+
+    @torch.no_grad()
+    def _sampling_logps(self, output: dict, compute_entropy: bool = False):
+        """Log-probs (and entropies) of the sampled tokens under the rollout policy: [B, T] each."""
+        input_ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        attention_mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        logps, entropies, _ = self._get_per_token_logps_and_entropies(
+            self.model,
+            input_ids,
+            attention_mask,
+            output["completion_ids"].size(1),
+            batch_size=self.args.per_device_train_batch_size,
+            compute_entropy=compute_entropy,
+        )
+        return logps, entropies
+
+    def _record_samples(self, terms: torch.Tensor, rewards: torch.Tensor, advantages: torch.Tensor) -> None:
+        """A few of this step's completions with their rewards, for samples.jsonl (main process only)."""
+        if self.sample_sink is None or not self.accelerator.is_main_process:
+            return
+        batch, count = self.batch, self.run.settings.logging.samples_per_step
+        rows = [
+            {
+                "step": self.state.global_step,
+                "prompt": batch.prompts[i],
+                "completion": batch.completions[i],
+                "length": batch.lengths[i],
+                "truncated": batch.truncated[i],
+                "reward": rewards[i].item(),
+                "terms": dict(zip(self.run.reward.names, terms[i].tolist())),
+                "advantage": advantages[i].float().mean().item(),
+            }
+            for i in range(min(count, len(batch.completions)))
+        ]
+        self.sample_sink(rows)
