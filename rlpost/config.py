@@ -99,6 +99,39 @@ class OverlongSettings:
 
 
 @dataclass(frozen=True)
+class AlgorithmNode:
+    """The keys of the ``algorithm`` node (a bundle, conf/algorithm/<name>.yaml). Component sub-nodes
+    (advantage, loss, ...) stay mappings here: ``build.py`` builds each against its own ``Config``."""
+
+    name: str = "custom"  # the bundle, shown by rlpost show
+    trainer: Literal["grpo", "ppo", "regen"] = "grpo"  # the trainer class: a key of rlpost.algorithms.TRAINERS
+    advantage: Any = None
+    loss: Any = None
+    regularizers: Any = None  # {name: params}
+    grad: Any = None
+    aggregation: str = "seq-mean-token-mean"
+    kl: Any = None  # KLConfig (rlpost/losses/kl.py)
+    dynamic_sampling: bool = False
+    overlong: Any = None  # OverlongSettings
+    correction: Any = None
+    rollout: Any = None
+    replay: Any = None  # offline training from recorded rollouts (trainer=regen, rlpost/algorithms/regen.py)
+    regen: Any = None  # its off-policy correction
+    safety: Any = None  # SafetySettings (rlpost/safety/config.py)
+    critic: Any = None  # CriticConfig (trainer=ppo, rlpost/algorithms/critic.py)
+
+
+@dataclass(frozen=True)
+class RewardNode:
+    """The keys of the ``reward`` node; ``terms`` and ``combine`` are built by ``build.py``."""
+
+    terms: Any = None  # [{name, weight, params, on_failure, timeout_s}]
+    combine: Any = None  # {name: weighted_sum, ...}
+    on_failure: Any = None  # the default failure policy of every term (rlpost/reward_guard.py)
+    timeout_s: Any = None
+
+
+@dataclass(frozen=True)
 class BatchPlan:
     """The batch arithmetic of one optimizer step (per process unless said otherwise)."""
 

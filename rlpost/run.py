@@ -36,7 +36,7 @@ if TYPE_CHECKING:
 class AlgorithmParts:
     """``algorithm``: the built components of the update and the settings that tie them together."""
 
-    name: str  # the bundle (conf/algorithm/<name>.yaml); picks the trainer class (rlpost/algorithms/)
+    name: str  # the bundle (conf/algorithm/<name>.yaml)
     advantage: Advantage
     loss: PolicyLoss
     regularizers: list[tuple[str, Regularizer]]
@@ -48,6 +48,7 @@ class AlgorithmParts:
     rollout: RolloutStrategy  # how a group is produced (`none`: TRL's sampling)
     safety: Any  # the stability kit, a rlpost.safety.kit.SafetyKit (all off by default; imports this module)
     grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    trainer: str = "grpo"  # the bundle's trainer class, a key of rlpost.algorithms.TRAINERS
     critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
 

@@ -152,7 +152,9 @@ def test_regen_config_errors(recorded, tmp_path):
     with pytest.raises(ConfigError, match="is_cap"):
         build_run(compose([*regen_overrides(recorded), "algorithm.regen.is_cap=0"]))
 
-    gepo = build_run(compose([*TINY, HASH_REWARD, "algorithm=gepo", f"+algorithm.replay=['{recorded}']"]))
+    gepo = build_run(
+        compose([*TINY, HASH_REWARD, "algorithm=gepo", f"+algorithm.replay=['{recorded}']", "algorithm.trainer=regen"])
+    )
     assert gepo.algorithm.offline.config.is_cap == 2.0  # any bundle trains offline with a replay
 
     other = tmp_path / "other"  # the same replay, recorded with another tokenizer

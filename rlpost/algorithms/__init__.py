@@ -1,17 +1,19 @@
-"""rlpost's own algorithms: what composition cannot express (PPO's critic + GAE: ``ppo.py``, ``critic.py``; offline REGEN: ``regen.py``)."""
+"""rlpost's own algorithms: what composition cannot express (PPO's critic + GAE: ``ppo.py``, ``critic.py``;
+offline REGEN: ``regen.py``), and the registry of trainer classes a bundle picks with ``trainer:``."""
+
+from __future__ import annotations
+
+import importlib
+
+# algorithm.trainer -> the trainer class, imported only when a run uses it (PPO and REGEN pull in more)
+TRAINERS = {
+    "grpo": "rlpost.trainer:RLPostTrainer",  # TRL's GRPOTrainer with rlpost's seams (rlpost/trainer/)
+    "ppo": "rlpost.algorithms.ppo:PPOTrainer",  # + a critic and GAE (algorithm.critic)
+    "regen": "rlpost.algorithms.regen:RegenTrainer",  # batches from recorded replays (algorithm.replay)
+}
 
 
-def trainer_class(run):
-    """The trainer class of a built run: PPOTrainer when ``algorithm.critic`` is set,
-    RegenTrainer when ``algorithm.replay`` is, else RLPostTrainer."""
-    if run.algorithm.critic is not None:
-        from rlpost.algorithms.ppo import PPOTrainer
-
-        return PPOTrainer
-    if run.algorithm.offline is not None:  # algorithm=regen: batches from recorded replays
-        from rlpost.algorithms.regen import RegenTrainer
-
-        return RegenTrainer
-    from rlpost.trainer import RLPostTrainer
-
-    return RLPostTrainer
+def trainer_class(run) -> type:
+    """The trainer class the run's bundle names (``algorithm.trainer``; build.check_trainer checks the keys)."""
+    module, name = TRAINERS[run.algorithm.trainer].split(":")
+    return getattr(importlib.import_module(module), name)
