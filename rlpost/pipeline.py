@@ -28,7 +28,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlpost.advantages.base import GroupBatch
-from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
+from rlpost.batch_filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 
 if TYPE_CHECKING:

@@ -6,8 +6,8 @@ import pytest
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
-from rlpost.advantages.filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.advantages.group_norm import GroupNorm, nanstd
+from rlpost.batch_filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.errors import ConfigError
 from rlpost.schema import build_config
 

@@ -86,7 +86,6 @@ NOT_A_REGISTRY: dict[str, str] = {
 }
 # modules in a component folder that are not a component, and why they are still there
 HELPERS: dict[str, str] = {
-    "advantages/filters.py": "dynamic sampling and overlong shaping: moves to the pipeline (issue 17 item 3)",
     "advantages/spans.py": "token spans from decoded text, shared by routed and segments",
     "advantages/term_advantage.py": "per-term group-normalized advantages, shared by routed and segments",
     "losses/aggregation.py": "the one explicit loss reduction (not a choice of algorithm/loss)",
@@ -188,8 +187,7 @@ def test_component_folders_hold_base_and_components_only():
     missing = sorted(expected - found)
     assert not missing, f"registered components without their file: {missing}"
     gone = sorted(h for h in HELPERS if not (PACKAGE / h).exists())
-    for helper in gone:  # moved out (e.g. by the trainer package): the list shrinks with it
-        assert helper in ("corrections/apply.py", "corrections/rollout.py", "advantages/filters.py"), helper
+    assert not gone, f"HELPERS lists modules that no longer exist: {gone}"
 
 
 def test_the_rule_and_its_exceptions_are_documented():

@@ -1,7 +1,7 @@
 """DAPO batch filters and shaping (seed 000 #23; Yu et al. 2025, arXiv 2503.14476): plain functions.
 
-Not registered components: the trainer calls them where dynamic sampling and overlong shaping
-are switched on.
+Not components: the reward-to-advantage pipeline (rlpost/pipeline.py) calls them in its shape
+stage (overlong) and keep stage (dynamic sampling) when those are switched on.
 
 - ``zero_variance_groups(rewards [N], G) -> bool [N]``: True on every row of a group whose rewards
   are all equal (all correct or all wrong). Such a group has zero advantage under group
