@@ -120,7 +120,7 @@ def value_loss(
 def check_critic(run) -> None:
     """Cross-key checks of a PPO run (ConfigError before any model loads)."""
     algo = run.algorithm
-    critic, advantage = getattr(algo, "critic", None), type(algo.advantage).registry_name
+    critic, advantage = algo.critic, type(algo.advantage).registry_name
     if critic is not None and advantage != "gae":
         raise ConfigError(
             f"algorithm.critic is set but algorithm/advantage={advantage}: the critic's values are used only by "
