@@ -16,11 +16,18 @@ routes every fp32 ``nn.Linear`` of a model on CPU through it (LoRA's layers incl
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from functools import partial
 
-import torch
-import torch.nn.functional as F
+# oneDNN caches one compiled primitive per new input shape, and PyTorch keeps its own LRU of them: with
+# a different row count every step (generation), both grew without bound: ~108 MiB/step on SmolLM2
+# (bench/soak.py, bench/RESULTS.md). 64 entries keep the shapes in use; read at the first oneDNN op.
+os.environ.setdefault("LRU_CACHE_CAPACITY", "64")
+os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
+
+import torch  # noqa: E402  (the cache sizes above are read when torch first runs a oneDNN op)
+import torch.nn.functional as F  # noqa: E402
 
 
 def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
