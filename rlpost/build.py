@@ -60,8 +60,8 @@ def build_component(registry: Registry, node: Any, where: str) -> Any:
 
 
 def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
-    spec = build_config(AlgorithmNode, {k: v for k, v in node.items() if v is not None}, "algorithm")
-    node = {k: v for k, v in node.items() if v is not None}
+    node = {k: v for k, v in node.items() if v is not None}  # null = the field's default
+    spec = build_config(AlgorithmNode, node, "algorithm")
     aggregation = spec.aggregation
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
