@@ -34,11 +34,14 @@ import time
 from collections import defaultdict
 from datetime import datetime
 
-BASE = ["hardware=cpu", "train.learning_rate=1e-5", "logging.tensorboard=false", "logging.progress=false"]
+BASE = ["train.learning_rate=1e-5", "logging.tensorboard=false", "logging.progress=false"]
 
 
-def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
-    """Train ``steps`` optimizer steps of ``variant``; per-step timings, peak RSS, completions hash."""
+def measured_run(
+    variant: dict, model: str, steps: int, threads: int, hardware: str = "cpu", extra: tuple[str, ...] = ()
+) -> dict:
+    """Train ``steps`` optimizer steps of ``variant`` on ``hardware`` (cpu or gpu; ``extra``: overrides of
+    every variant, e.g. model sizes); per-step timings, peak RSS, completions hash."""
     import torch
     from transformers import TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -52,7 +55,8 @@ def measured_run(variant: dict, model: str, steps: int, threads: int) -> dict:
 
     if threads:
         torch.set_num_threads(threads)
-    run = build_run(compose([f"model={model}", f"train.steps={steps}", *BASE, *variant["overrides"]]))
+    base = [f"model={model}", f"hardware={hardware}", f"train.steps={steps}", *BASE, *extra]
+    run = build_run(compose([*base, *variant["overrides"]]))
     kwargs = run.grpo_config_kwargs(tempfile.mkdtemp(prefix="rlpost-bench-"))
     if variant["trainer"] == "TRL":
         kwargs.update(variant.get("trl", {}))
@@ -169,12 +173,24 @@ def summarize_run(result: dict, warmup: int) -> dict:
     }
 
 
-def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8) -> dict[str, float]:
+def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8, device: str = "cpu") -> dict[str, float]:
     """Best measured fp32 rate of a ``size x size`` matmul with ``threads`` torch threads, by kernel:
-    ``torch`` (``a @ b``: MKL's sgemm on x86) and, where available, ``onednn`` (rlpost/onednn.py)."""
+    ``torch`` (``a @ b``: MKL's sgemm on x86) and, where available, ``onednn`` (rlpost/onednn.py).
+    On ``device="cuda"``: the bf16 rate of an 8192^3 product (the GPU runs bf16 mixed precision)."""
     import torch
 
     from rlpost import onednn
+
+    if device == "cuda":
+        a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            a @ a
+        torch.cuda.synchronize()
+        t = time.perf_counter()
+        for _ in range(reps):
+            a @ a
+        torch.cuda.synchronize()
+        return {"cuda bf16": reps * 2 * 8192**3 / (time.perf_counter() - t) / 1e9}
 
     if threads:
         torch.set_num_threads(threads)
@@ -203,8 +219,9 @@ def machine(threads: int, load: float) -> str:
     import trl
 
     cores = f"{len(os.sched_getaffinity(0))} usable of {os.cpu_count()} logical cores"
+    gpu = f"{torch.cuda.get_device_name(0)}; " if torch.cuda.is_available() else ""
     return (
-        f"{cpu}; {cores}; load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; torch {torch.__version__} "
+        f"{gpu}{cpu}; {cores}; load average {load:.2f} at start, {os.getloadavg()[0]:.2f} at end; torch {torch.__version__} "
         f"({threads} thread{'s' if threads > 1 else ''} per run), transformers {transformers.__version__}, "
         f"trl {trl.__version__}; Python {platform.python_version()}; {datetime.now().strftime('%Y-%m-%d %H:%M')}"
     )

@@ -87,6 +87,8 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--max-completion-length", type=int, default=32)
     p.add_argument("--algorithm", default="grpo", choices=list(TRL_EQUIVALENT), help="the trl suite's algorithm")
     p.add_argument("--threads", type=int, default=0, help="torch threads in each run (0: torch's default)")
+    p.add_argument("--hardware", default="cpu", choices=["cpu", "gpu"], help="hardware profile of every run")
+    p.add_argument("--set", action="append", default=[], help="an override of every run (e.g. model.tiny_layers=30)")
     p.add_argument("--out", default=str(ROOT / "bench" / "RESULTS.md"), help="markdown file to append to")
     p.add_argument("--no-write", action="store_true", help="print the tables only")
     p.add_argument("--child", help=argparse.SUPPRESS)
@@ -164,7 +166,7 @@ def table(variants: list[dict], runs: dict, peak: float, reference: str | None) 
 
 def child_main(args) -> int:
     variant = json.loads(args.child)
-    result = measured_run(variant, args.model, args.steps, args.threads)
+    result = measured_run(variant, args.model, args.steps, args.threads, args.hardware, tuple(args.set))
     Path(args.child_out).write_text(json.dumps(result))
     return 0
 
@@ -177,7 +179,8 @@ def main(argv=None) -> int:
 
     env = {**os.environ, "HF_HUB_OFFLINE": "1", "TOKENIZERS_PARALLELISM": "false", "WANDB_MODE": "disabled"}
     env.update({} if args.system_malloc else KEEP_MEMORY)
-    common = [f"--model={args.model}", f"--steps={args.steps}", f"--warmup={args.warmup}", f"--threads={args.threads}"]
+    common = [f"--model={args.model}", f"--steps={args.steps}", f"--warmup={args.warmup}", f"--threads={args.threads}",
+              f"--hardware={args.hardware}", *(f"--set={o}" for o in args.set)]  # fmt: skip
     suites = {name: SUITES[name](args) for name in args.suites}
     plan = []
     for name, variants in suites.items():
@@ -185,7 +188,8 @@ def main(argv=None) -> int:
         for rep in range(reps):
             rotated = variants[rep % len(variants) :] + variants[: rep % len(variants)]
             plan += [(name, rep, v) for v in rotated]
-    load, rates = os.getloadavg()[0], matmul_peak_gflops(args.threads)
+    device = "cuda" if args.hardware == "gpu" else "cpu"
+    load, rates = os.getloadavg()[0], matmul_peak_gflops(args.threads, device=device)
     peak = max(rates.values())  # the machine's: the faster kernel
     runs, hashes, rewards, threads = defaultdict(list), defaultdict(set), {}, 0
     with tempfile.TemporaryDirectory() as tmp, Progress(
@@ -210,10 +214,10 @@ def main(argv=None) -> int:
             threads = result["torch_threads"]
             progress.advance(task)
     report = [
-        f"## {args.model}: {', '.join(args.suites)} ({args.steps} steps per run, first {args.warmup} excluded; "
+        f"## {' '.join([args.model, *args.set])}: {', '.join(args.suites)} ({args.steps} steps per run, first {args.warmup} excluded; "
         f"G={args.num_generations}, {args.completions_per_step} completions/step, {args.max_completion_length} new tokens "
-        f"unless stated; fp32 CPU; {'system malloc' if args.system_malloc else 'malloc keeps freed memory (KEEP_MEMORY)'})"
-        f"\n\n{machine(threads, load)}; fp32 matmul peak {peak:.0f} GFLOP/s (2048^2, best of 8; "
+        f"unless stated; {'bf16 GPU' if device == 'cuda' else 'fp32 CPU'}; {'system malloc' if args.system_malloc else 'malloc keeps freed memory (KEEP_MEMORY)'})"
+        f"\n\n{machine(threads, load)}; matmul peak {peak:.0f} GFLOP/s ({'bf16 8192^3' if device == 'cuda' else 'fp32 2048^2, best of 8'}; "
         + ", ".join(f"{name} {rate:.0f}" for name, rate in rates.items())
         + ")\n"
     ]

@@ -31,7 +31,7 @@ NOT_COMPARED = ("step_time", "train_runtime", "train_samples_per_second", "train
 def launch(cwd: Path, *args: str) -> subprocess.Popen:
     env = {
         **os.environ,
-        "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}",
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
         "OMP_NUM_THREADS": "1",
         "HF_HUB_OFFLINE": "1",
         "WANDB_MODE": "disabled",
