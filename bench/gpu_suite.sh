@@ -17,7 +17,7 @@ start=$(date +%s)
 deadline=$(( start + ${SUITE_SECONDS:-540} ))  # every stage is cut to what is left of this
 step() { echo; echo "=== $1 (at $(( $(date +%s) - start )) s)"; }
 left() { local l=$(( deadline - $(date +%s) )); (( l < 1 )) && l=1; (( l < $1 )) && echo "$l" || echo "$1"; }  # min(budget, left), at least 1
-export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
+export PYTHONWARNINGS=ignore::SyntaxWarning PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 WANDB_MODE=disabled TOKENIZERS_PARALLELISM=false
 
 step "packages"
 if [ -d .whl ]; then

