@@ -117,6 +117,8 @@ def layers(graph: dict[str, set[str]]) -> dict[str, int]:
 def group(name: str) -> str:
     """What the picture draws as one box: a sub-package (``rewards/``) or a top-level module."""
     parts = name.split(".")
+    if len(parts) == 1:
+        return "__init__"  # the package itself
     return f"{parts[1]}/" if len(parts) > 2 or (PACKAGE_ROOT / parts[-1]).is_dir() and len(parts) == 2 else parts[1]
 
 
@@ -124,7 +126,9 @@ def layer_table(layer: dict[str, int]) -> str:
     """The markdown table of docs/architecture.md: one row per layer, its modules by group."""
     rows = defaultdict(lambda: defaultdict(list))
     for name, n in layer.items():
-        rows[n][group(name)].append(name.split(".")[-1] if group(name).endswith("/") else "")
+        is_package = (PACKAGE_ROOT.parent / name.replace(".", "/")).is_dir()
+        member = "__init__" if is_package else name.split(".")[-1]
+        rows[n][group(name)].append(member if group(name).endswith("/") else "")
     lines = ["| layer | modules |", "|---|---|"]
     for n in sorted(rows, reverse=True):
         cells = []
@@ -151,7 +155,8 @@ def draw(layer: dict[str, int], out: Path) -> Path:
         names = sorted(groups)
         for i, g in enumerate(names):
             label = f"{g} x{groups[g]}" if groups[g] > 1 else g
-            ax.text((i + 0.5) / len(names), n + 0.5, label, ha="center", va="center", fontsize=7,
+            stagger = (0.2 if i % 2 else -0.2) if len(names) > 14 else 0.0  # crowded rows: two lines
+            ax.text((i + 0.5) / len(names), n + 0.5 + stagger, label, ha="center", va="center", fontsize=7,
                     bbox={"boxstyle": "round", "fc": "#dbe9f6" if g.endswith("/") else "#f6eddb"})  # fmt: skip
     ax.set_ylim(0, height)
     ax.set_xlim(0, 1)
