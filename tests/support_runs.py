@@ -1,5 +1,5 @@
-"""Run the real ``rlpost train`` CLI in subprocesses on the tiny random model (tests of killed,
-preempted and failing runs)."""
+"""Run the real ``rlpost`` CLI in subprocesses on the tiny random model (tests of killed, preempted
+and failing runs, multi-process runs, recipes run for one step)."""
 
 from __future__ import annotations
 
@@ -9,6 +9,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+from trainer_utils import HASH_REWARD, TINY
 
 REPO = Path(__file__).resolve().parent.parent
 ARGS = [
@@ -65,3 +67,64 @@ def metrics(run_dir: Path) -> list[dict]:
     """The per-step training logs of metrics.jsonl (not the end-of-training summary row)."""
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines() if line.strip()]
     return [row for row in rows if "grad_norm" in row]
+
+
+def run_cli(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {**os.environ, "PYTHONPATH": f"{REPO}{os.pathsep}{REPO / 'tests'}", "WANDB_MODE": "disabled"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpost.cli", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=600
+    )
+    assert proc.returncode == 0, f"rlpost {' '.join(args)} failed:\n{proc.stdout[-3000:]}\n{proc.stderr[-5000:]}"
+    return proc
+
+
+def one_step(recipe: str, tmp_path: Path, *extra: str) -> list[dict]:
+    """`rlpost train recipe=<recipe>` for 1 step on the tiny model -> the metrics.jsonl rows."""
+    run_dir = tmp_path / recipe
+    run_cli(["train", f"recipe={recipe}", *TINY_CLI, *extra, f"hydra.run.dir={run_dir}"], tmp_path)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    assert rows, "no metrics written"
+    return rows
+
+
+TINY_CLI = [
+    "model=tiny-random",
+    "train.steps=1",
+    "train.num_generations=2",
+    "train.completions_per_step=4",
+    "train.max_completion_length=8",
+    "eval.at_start=false",
+    "eval.size=4",
+    "logging.tensorboard=false",
+    "logging.progress=false",
+    "logging.plots=false",
+]
+
+
+QUICK = [
+    *[o for o in TINY if not o.startswith("train.steps")],
+    HASH_REWARD,
+    "train.steps=2",
+    "train.learning_rate=1e-2",
+    "eval.at_start=false",
+    "eval.at_end=false",
+    "logging.plots=false",
+]
+
+
+def rlpost(args: list[str], cwd: Path) -> subprocess.CompletedProcess:
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(REPO), str(REPO / "tests"), os.environ.get("PYTHONPATH", "")]),
+        "OMP_NUM_THREADS": "1",
+        "HF_HUB_OFFLINE": "1",
+    }
+    env.pop("RLPOST_LAUNCHED", None)
+    return subprocess.run(
+        [sys.executable, "-m", "rlpost.cli", "train", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=840,
+    )

@@ -1,0 +1,265 @@
+"""Every config option composes and builds (config only, no model loads).
+
+Options are found by listing the yaml files under conf/ and recipes/, so a new file is covered
+without touching this test. Options with a required value (``???``) get one from ``REQUIRED``.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+import pytest
+import torch
+from omegaconf import OmegaConf
+from paths import REPO
+
+from rlpost.app import compose
+from rlpost.build import build_run
+from rlpost.errors import ConfigError
+
+ROOT = REPO
+CONF = ROOT / "conf"
+RECIPES = ROOT / "recipes"
+LIST_GROUPS = {"algorithm/regularizers"}  # groups chosen as a list: algorithm/regularizers=[entropy]
+CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only machine
+CUDA_OPTIONS |= {
+    ("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")
+}
+NEEDS = {  # options that name reward terms the default reward (math_answer) lacks: the reward they are made for
+    ("algorithm/advantage", "tiar"): ["reward=ternary_abstention"],
+    ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
+    ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
+    ("reward/combine", "decoupled"): ["reward=math_answer_format"],
+    ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
+}
+
+
+def options() -> list[tuple[str, str]]:
+    """(group, option) for every yaml file in a config group under conf/ (recipes separately)."""
+    found = []
+    for path in sorted(CONF.rglob("*.yaml")):
+        group = path.parent.relative_to(CONF).as_posix()
+        if group != "." and not group.startswith("hydra/"):  # hydra/launcher: Hydra's own node (test_scale.py)
+            found.append((group, path.stem))
+    return found
+
+
+def group_options(group: str) -> list[str]:
+    return sorted(p.stem for p in (CONF / group).glob("*.yaml"))
+
+
+@pytest.fixture(scope="module")
+def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
+    """Values for keys marked ??? in an option (they must exist on disk: build_run checks)."""
+    import pandas as pd
+
+    tmp = tmp_path_factory.mktemp("required")
+    (tmp / "model").mkdir()  # what a model folder holds (only names are checked before loading)
+    for name in ("config.json", "model.safetensors", "tokenizer.json"):
+        (tmp / "model" / name).write_text("{}")
+    (tmp / "rows.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+    pd.DataFrame({"question": ["1 + 1"], "answer": ["2"]}).to_parquet(tmp / "rows.parquet")
+    (tmp / "dataset").mkdir()
+    (tmp / "dataset" / "train.jsonl").write_text('{"question": "1 + 1", "answer": "2"}\n')
+    (tmp / "rm").mkdir()  # a stand-in for what `rlpost train-rm` writes (only config.json is checked)
+    (tmp / "rm" / "config.json").write_text(
+        '{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}'
+    )
+    stand_in_replay(tmp / "replay")
+    (tmp / "rm" / "rlpost_reward_model.json").write_text('{"score_mean": 0.0, "score_std": 1.0}')  # normalize=heldout
+    return {
+        ("algorithm", "regen"): [f"algorithm.replay=['{tmp / 'replay'}']"],
+        ("reward", "reward_model"): [f"reward.terms.0.params.path={tmp / 'rm'}"],
+        ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
+        ("recipe", "ppo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
+        ("model", "hf"): [f"model.path={tmp / 'model'}"],
+        ("hardware", "multi-node"): ["hardware.main_process_ip=10.0.0.1"],
+        ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],
+        ("data", "parquet"): [f"data.path={tmp / 'rows.parquet'}"],
+        ("data", "hf"): [f"data.path={tmp / 'dataset'}"],
+        **NEEDS,
+    }
+
+
+def stand_in_replay(folder: Path) -> None:
+    """A replay folder as ``logging.replay`` writes it (meta.json + parquet with a column per reward);
+    build_run reads only the meta and the parquet schema."""
+    import json
+
+    import pandas as pd
+
+    from rlpost.replay import COLUMNS, TERM_PREFIX
+    from rlpost.rewards.base import REWARDS
+
+    folder.mkdir()
+    meta = {"num_generations": 4, "temperature": 1.0, "tokenizer_sha256": "-", "term_names": REWARDS.names()}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    row = {c: [0] for c in COLUMNS} | {TERM_PREFIX + name: [0.0] for name in REWARDS.names()}
+    pd.DataFrame(row).to_parquet(folder / "step-000000-rank0.parquet")
+
+
+def choose(group: str, option: str) -> str:
+    return f"{group}=[{option}]" if group in LIST_GROUPS else f"{group}={option}"
+
+
+@pytest.mark.parametrize(("group", "option"), options(), ids=lambda v: v)
+def test_every_option_composes_and_builds(group, option, required):
+    overrides = [choose(group, option), *required.get((group, option), [])]
+    path = CONF / group / f"{option}.yaml"
+    if "???" in path.read_text() and (group, option) not in required:
+        pytest.fail(f"{path} has a required value (???): add it to REQUIRED in this test")
+    cfg = compose(overrides)
+    if (group, option) in CUDA_OPTIONS and not torch.cuda.is_available():
+        with pytest.raises(
+            ConfigError, match="CUDA|DeepSpeed|hardware.num_processes"
+        ):  # zero: no extra; multi-node: 16 processes
+            build_run(cfg)
+        return
+    run = build_run(cfg)
+    node = OmegaConf.select(cfg, group.replace("/", "."))
+    assert node is not None
+    own = OmegaConf.to_container(OmegaConf.load(path))
+    own.pop("defaults", None)
+    if group in LIST_GROUPS:
+        assert set(OmegaConf.to_container(node)) == set(own)
+    elif group == "algorithm":
+        assert run.algorithm.name == own["name"]
+
+
+def test_required_values_fail_without_them():
+    for group, option in options():
+        if "???" in (CONF / group / f"{option}.yaml").read_text():
+            with pytest.raises(ConfigError, match="Missing required value"):
+                build_run(compose([choose(group, option)]))
+
+
+BUNDLES = group_options("algorithm")
+
+
+def own_node(sub: str, option: str) -> dict:
+    return OmegaConf.to_container(OmegaConf.load(CONF / "algorithm" / sub / f"{option}.yaml"))
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_bundle_x_loss_x_regularizers(bundle, required):
+    """Every bundle with every loss and each regularizer list (none, each one, all) composes and
+    builds, and the swapped loss node is exactly the loss's own file: no key or value is left over
+    from the bundle's own choice (``algorithm=dapo algorithm/loss=gspo`` is plain gspo)."""
+    regularizers = group_options("algorithm/regularizers")
+    lists = [[], *([r] for r in regularizers)] + ([regularizers] if len(regularizers) > 1 else [])
+    for loss in group_options("algorithm/loss"):
+        for chosen in lists:
+            overrides = [
+                f"algorithm={bundle}",
+                f"algorithm/loss={loss}",
+                f"algorithm/regularizers=[{','.join(chosen)}]",
+                *required.get(("algorithm", bundle), []),
+            ]
+            cfg = compose(overrides)
+            assert OmegaConf.to_container(cfg.algorithm.loss) == own_node("loss", loss), overrides
+            run = build_run(cfg)
+            assert type(run.algorithm.loss).registry_name == cfg.algorithm.loss.name
+            assert [name for name, _ in run.algorithm.regularizers] == chosen, overrides
+            assert run.algorithm.name == bundle
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
+    for option in group_options("algorithm/advantage"):
+        needs = [*required.get(("algorithm", bundle), [])]
+        if option != "gae":  # gae's NEEDS swaps in the ppo bundle; here it must meet every bundle
+            needs += NEEDS.get(("algorithm/advantage", option), [])
+        cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *needs])
+        assert OmegaConf.to_container(cfg.algorithm.advantage) == own_node("advantage", option), (bundle, option)
+        if bool(cfg.algorithm.get("critic")) != (option == "gae"):  # GAE reads PPO's critic, which feeds only GAE
+            match = "needs a critic" if option == "gae" else "algorithm.critic is set but algorithm/advantage="
+            with pytest.raises(ConfigError, match=match):
+                build_run(cfg)
+            continue
+        build_run(cfg)
+
+
+@pytest.mark.parametrize("bundle", BUNDLES)
+def test_every_correction_composes_with_every_bundle_and_reward(bundle, required):
+    """``algorithm=gepo algorithm/correction=tis reward=...``: the correction node is exactly its own file
+    whatever the bundle and reward, and the built run carries that correction."""
+    needs = required.get(("algorithm", bundle), [])  # e.g. regen's replay folders
+    for option in group_options("algorithm/correction"):
+        for reward in ("math_answer", "math_answer_format"):
+            cfg = compose([f"algorithm={bundle}", f"algorithm/correction={option}", f"reward={reward}", *needs])
+            assert OmegaConf.to_container(cfg.algorithm.correction) == own_node("correction", option), (bundle, option)
+            run = build_run(cfg)
+            assert type(run.algorithm.correction).registry_name == option and run.algorithm.name == bundle
+
+
+def test_bundles_do_not_patch_sub_nodes():
+    """A bundle picks sub-group options in its defaults; it must not set their keys itself,
+    or those keys would leak into a swapped-in option."""
+    for bundle in BUNDLES:
+        own = OmegaConf.to_container(OmegaConf.load(CONF / "algorithm" / f"{bundle}.yaml"))
+        assert not {"advantage", "loss", "regularizers", "correction"} & set(own), (
+            f"algorithm/{bundle}.yaml patches a sub-node"
+        )
+
+
+@pytest.mark.parametrize("recipe", sorted(p.stem for p in RECIPES.glob("*.yaml")))
+def test_every_recipe_composes_and_builds(recipe, required):
+    cfg = compose([f"recipe={recipe}", *required.get(("recipe", recipe), [])])
+    build_run(cfg)
+    assert (RECIPES / f"{recipe}.yaml").read_text().startswith("# @package _global_")
+
+
+def test_the_recipe_group_is_recipes():
+    assert (CONF / "recipe").resolve() == RECIPES.resolve()
+
+
+# A YAML line that sets a key: `key: value`, `key:` (opens a block) or `- key: value` (a list item).
+KEY_LINE = re.compile(r"^\s*(?:-\s+)?[A-Za-z_][\w./@-]*\s*:(?:\s|$)")
+
+
+def uncommented_keys(path: Path, root: Path = ROOT) -> list[str]:
+    """Key lines with no comment. Rule: every key line carries a `# ...` comment on the line; a line
+    that only opens a block (`defaults:`, `entropy:`) may carry it instead as a full-line comment
+    directly above (a file's header comment describing its top node)."""
+    lines = path.read_text().splitlines()
+    bad = []
+    for i, line in enumerate(lines):
+        if not KEY_LINE.match(line) or re.search(r"\s#", line):
+            continue
+        if line.rstrip().endswith(":") and i and lines[i - 1].lstrip().startswith("#"):
+            continue
+        bad.append(f"{path.relative_to(root)}:{i + 1}: {line.strip()}")
+    return bad
+
+
+def test_every_yaml_key_has_a_comment():
+    files = sorted([*CONF.rglob("*.yaml"), *RECIPES.glob("*.yaml")])
+    assert files
+    bad = [entry for path in files for entry in uncommented_keys(path)]
+    assert not bad, "YAML keys without a comment:\n" + "\n".join(bad)
+
+
+def test_comment_rule_catches_a_bare_key(tmp_path):
+    sample = tmp_path / "x.yaml"
+    sample.write_text("# header\nblock:\n  a: 1  # fine\n  b: 2\nnested:\n  - name: x\n")
+    assert uncommented_keys(sample, tmp_path) == ["x.yaml:4: b: 2", "x.yaml:5: nested:", "x.yaml:6: - name: x"]
+
+
+@pytest.mark.parametrize("rollout", group_options("algorithm/rollout"))
+def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, required):
+    """``algorithm/rollout=X`` with each named method (the swapped node is exactly X's own file and the
+    bundle's advantage/loss stay) and with each ``reward=...`` (a reward's NEEDS and required values)."""
+    for bundle in BUNDLES:
+        cfg = compose([f"algorithm={bundle}", f"algorithm/rollout={rollout}", *required.get(("algorithm", bundle), [])])
+        assert OmegaConf.to_container(cfg.algorithm.rollout) == own_node("rollout", rollout), (bundle, rollout)
+        if cfg.algorithm.get("replay") and rollout != "none":  # offline REGEN generates nothing to shape
+            with pytest.raises(ConfigError, match="generates nothing"):
+                build_run(cfg)
+            continue
+        run = build_run(cfg)
+        assert type(run.algorithm.rollout).registry_name == rollout and run.algorithm.name == bundle
+    for reward in group_options("reward"):
+        cfg = compose([f"reward={reward}", f"algorithm/rollout={rollout}", *required.get(("reward", reward), [])])
+        run = build_run(cfg)
+        assert type(run.algorithm.rollout).registry_name == rollout

@@ -1,0 +1,193 @@
+"""Bad input fails at compose/validate time: exit code 2, one message naming the key and the valid
+choices, no traceback, no run directory, no model load.
+
+Most cases run in-process through ``rlpost.cli.main`` (imports paid once) with Hydra's launcher
+replaced by a tripwire, so a case that slips through validation fails the test instead of training.
+A handful run through the real CLI in a subprocess to prove the process exit code.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+
+import pytest
+from support_config import assert_clean_failure
+
+from rlpost import cli
+
+# (test id, argv after `rlpost`, substrings the error message must contain)
+CASES = [
+    # unknown group option / nested group option / group name
+    (
+        "unknown-group-option",
+        ["train", "algorithm=grpoo"],
+        ["algorithm/grpoo", "Did you mean 'grpo'?", "Available options in 'algorithm':", "dapo", "gspo"],
+    ),
+    (
+        "unknown-nested-option",
+        ["train", "algorithm/loss=clipp"],
+        ["algorithm/loss/clipp", "Did you mean 'clip'?", "Available options in 'algorithm/loss':", "cispo", "gspo"],
+    ),
+    (
+        "unknown-regularizer-option",
+        ["train", "algorithm/regularizers=[entropz]"],
+        ["algorithm/regularizers/entropz", "Did you mean 'entropy'?"],
+    ),
+    (
+        "unknown-group",
+        ["train", "algorithm/losss=clip"],
+        ["Unknown config group 'algorithm/losss'", "Did you mean 'algorithm/loss'?", "algorithm/advantage"],
+    ),
+    # unknown keys
+    (
+        "unknown-train-key",
+        ["train", "train.stepz=3"],
+        ["Unknown key train.stepz", "Did you mean 'steps'?", "Valid keys of train:", "completions_per_step"],
+    ),
+    (
+        "unknown-loss-key",
+        ["train", "algorithm.loss.epsilon_hihg=0.3"],
+        ["Unknown key algorithm.loss.epsilon_hihg", "Did you mean 'epsilon_high'?", "epsilon_low"],
+    ),
+    (
+        "unknown-reward-param",
+        ["train", "reward.terms.0.params.colum=x"],
+        ["Unknown key reward.terms[0].params.colum", "Did you mean 'column'?", "Valid keys of reward.terms[0].params:"],
+    ),
+    (
+        "unknown-top-level-key",
+        ["train", "trian.steps=3"],
+        ["Unknown key trian", "Did you mean 'train'?", "algorithm", "hardware"],
+    ),
+    (
+        "unknown-task-param",
+        ["train", "data.task_params.min_termz=3"],
+        ["Unknown key data.task_params.min_termz", "Did you mean 'min_terms'?", "basic_arithmetic"],
+    ),
+    # wrong types
+    ("wrong-type-int", ["train", "train.steps=abc"], ["train.steps must be an integer", "'abc'"]),
+    ("wrong-type-empty", ["train", "train.steps="], ["train.steps must be an integer", "''"]),
+    ("wrong-type-float", ["train", "algorithm.loss.epsilon_low=[1]"], ["algorithm.loss.epsilon_low must be a number"]),
+    ("wrong-type-bool", ["train", "algorithm.dynamic_sampling=maybe"], ["algorithm.dynamic_sampling", "true or false"]),
+    # impossible batch arithmetic
+    (
+        "not-multiple-of-group",
+        ["train", "train.completions_per_step=6"],
+        ["train.completions_per_step=6", "not a multiple of train.num_generations=4"],
+    ),
+    ("micro-batch-not-dividing", ["train", "train.micro_batch_size=3"], ["train.micro_batch_size=3 does not divide"]),
+    ("group-of-one", ["train", "train.num_generations=1"], ["train.num_generations=1", "at least 2"]),
+    # invalid choices of a value
+    (
+        "invalid-aggregation",
+        ["train", "algorithm.aggregation=sum"],
+        ["algorithm.aggregation='sum'", "token-mean, seq-mean-token-mean, seq-mean-token-sum-norm"],
+    ),
+    ("invalid-literal", ["train", "algorithm.kl.estimator=k7"], ["algorithm.kl.estimator='k7'", "k1, k2, k3"]),
+    ("negative-kl", ["train", "algorithm.kl.coef=-1"], ["KL coef must be >= 0"]),
+    # rewards
+    (
+        "unknown-reward",
+        ["train", "reward.terms.0.name=math_answr"],
+        ["reward.terms[0].name", "Did you mean 'math_answer'?", "exact_match"],
+    ),
+    (
+        "callable-bad-import",
+        ["train", "reward.terms=[{name:callable,params:{path:'nope_pkg.mod:f'}}]"],
+        ["reward.terms[0].params.path", "cannot import 'nope_pkg.mod:f'"],
+    ),
+    ("empty-reward", ["train", "reward.terms=[]"], ["reward.terms is empty"]),
+    # hardware and cross-group checks
+    ("fp16-on-cpu", ["train", "hardware.precision=fp16"], ["hardware.precision=fp16", "CPU"]),
+    (
+        "overlong-cache-too-long",
+        ["train", "algorithm=dapo", "algorithm.overlong.cache_len=32"],
+        ["algorithm.overlong.cache_len=32", "train.max_completion_length=32"],
+    ),
+    (
+        "objective-without-final-eval",
+        ["train", "-m", "hydra/sweeper=search", "eval.at_end=false", "train.learning_rate=interval(1e-6,1e-4)"],
+        ["eval.objective=eval/accuracy (the search objective)", "eval.at_end=false", "eval.objective=reward"],
+    ),
+    ("eval-larger-than-data", ["train", "eval.size=200"], ["eval.size=200", "data.eval_size=100"]),
+    # data and model sources (checked cheaply before any load)
+    (
+        "unknown-task",
+        ["train", "data.task=basic_arithmetc"],
+        ["Unknown data.task 'basic_arithmetc'", "Did you mean 'basic_arithmetic'?", "chain_sum"],
+    ),
+    (
+        "missing-data-file",
+        ["train", "data=jsonl", "data.path=/nope.jsonl"],
+        ["data.path='/nope.jsonl'", "no such file"],
+    ),
+    ("data-path-required", ["train", "data=jsonl"], ["Missing required value data.path", "data.path=<value>"]),
+    ("model-path-required", ["train", "model=hf"], ["Missing required value model.path", "model.path=<value>"]),
+    ("missing-model-folder", ["train", "model=hf", "model.path=/nope/model"], ["model.path='/nope/model'", "no such"]),
+    # override syntax
+    ("malformed-no-equal", ["train", "train.steps"], ["Error parsing override 'train.steps'"]),
+    ("malformed-bracket", ["train", "train.steps=[1"], ["Malformed override 'train.steps=[1'"]),
+    ("sweep-without-m", ["train", "train.steps=1,2"], ["train.steps=1,2", "--multirun"]),
+    ("multirun-bad-job", ["train", "-m", "train.steps=abc,2"], ["train.steps must be an integer", "'abc'"]),
+    ("multirun-bad-option", ["train", "-m", "algorithm=grpo,grpoo"], ["algorithm/grpoo", "Did you mean 'grpo'?"]),
+    ("multirun-with-cfg", ["train", "-m", "seed=0,1", "--cfg", "job"], ["-m and --cfg cannot be combined", "drop -m"]),
+    # commands
+    ("unknown-command", ["trian"], ["Unknown command 'trian'", "Did you mean 'train'?", "show", "list"]),
+    ("unknown-list-kind", ["list", "nosuchkind"], ["Unknown component kind 'nosuchkind'", "loss", "reward"]),
+    ("list-kind-typo", ["list", "losss"], ["Did you mean 'loss'?"]),
+    ("list-group-typo", ["list", "algorihm"], ["Did you mean 'algorithm'?", "Config groups:", "hardware", "recipe"]),
+    # the same through `rlpost show`
+    ("show-unknown-option", ["show", "algorithm=grpoo"], ["Did you mean 'grpo'?", "Available options in 'algorithm':"]),
+    ("show-unknown-key", ["show", "algorithm.loss.epsilon_hihg=0.3"], ["Did you mean 'epsilon_high'?"]),
+    ("show-batch", ["show", "train.completions_per_step=6"], ["not a multiple of train.num_generations=4"]),
+    ("show-unknown-task", ["show", "data.task=basic_arithmetc"], ["Did you mean 'basic_arithmetic'?"]),
+]
+
+
+@pytest.mark.parametrize(("argv", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
+def test_bad_input_fails_cleanly(no_launch, capsys, argv, expected):
+    code = cli.main(argv)
+    captured = capsys.readouterr()
+    assert captured.out == ""
+    assert_clean_failure(code, captured.err, expected, no_launch)
+
+
+def test_hardware_gpu_without_cuda(no_launch, capsys):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a CUDA GPU is visible")
+    code = cli.main(["train", "hardware=gpu"])
+    assert_clean_failure(code, capsys.readouterr().err, ["hardware=gpu", "CUDA", "hardware=cpu"], no_launch)
+
+
+def test_valid_key_absent_from_yaml_keeps_hydras_append_hint(no_launch, capsys):
+    """A key the schema knows but the YAML lacks: Hydra's own hint (+key=value) is the right advice."""
+    argv = ["show", "reward=math_answer_format", "reward.terms.0.params.tolerance=0.1"]
+    code = cli.main(argv)
+    expected = ["Could not override 'reward.terms.0.params.tolerance'", "+reward.terms.0.params.tolerance=0.1"]
+    assert_clean_failure(code, capsys.readouterr().err, expected, no_launch)
+    assert cli.main(["show", "reward=math_answer_format", "+reward.terms.0.params.tolerance=0.1"]) == 0
+
+
+# The real CLI in a subprocess: the process exit code and stderr (ids of CASES above).
+SUBPROCESS_CASES = [
+    "unknown-group-option",  # Hydra composition error
+    "not-multiple-of-group",  # batch arithmetic
+    "unknown-task",  # used to fail only after the run directory was made and the model loaded
+    "multirun-bad-job",  # multirun: no job runs
+    "unknown-command",
+]
+
+
+@pytest.mark.parametrize("case", SUBPROCESS_CASES)
+def test_real_cli_exit_code(tmp_path, case):
+    argv, expected = {c[0]: c[1:] for c in CASES}[case]
+    env = {**os.environ, "HF_HUB_OFFLINE": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "rlpost.cli", *argv], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300
+    )
+    assert proc.stdout == ""
+    assert_clean_failure(proc.returncode, proc.stderr, expected, tmp_path)

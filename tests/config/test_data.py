@@ -1,0 +1,176 @@
+"""rlpost.data: seeded disjoint reasoning-gym splits, file sources with templates, clear errors."""
+
+import dataclasses
+import json
+import re
+from pathlib import Path
+
+import pytest
+import yaml
+from paths import REPO
+from support_config import from_yaml
+
+from rlpost.data import DataConfig, load_datasets
+from rlpost.errors import ConfigError
+from rlpost.schema import build_config
+
+CONF = REPO / "conf" / "data"
+
+
+def questions(ds) -> list[str]:
+    return [row["prompt"][-1]["content"] for row in ds]
+
+
+def test_reasoning_gym_splits_are_seeded_and_disjoint():
+    cfg = from_yaml("basic_arithmetic", train_size=64, eval_size=40)
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (64, 40)
+    assert not set(questions(train)) & set(questions(evals))
+    again_train, again_eval = load_datasets(cfg)
+    assert questions(again_train) == questions(train) and questions(again_eval) == questions(evals)
+    other_train, _ = load_datasets(from_yaml("basic_arithmetic", train_size=64, eval_size=40, seed=1))
+    assert questions(other_train) != questions(train)
+
+
+def test_eval_is_topped_up_past_train_duplicates():
+    # 1-term "Calculate 7." questions: only 11 distinct ones exist, so train covers most of them.
+    params = {"min_terms": 1, "max_terms": 1, "min_digits": 1, "max_digits": 1, "allow_parentheses": False}
+    cfg = DataConfig(task="basic_arithmetic", task_params=params, train_size=5, eval_size=3)
+    train, evals = load_datasets(cfg)
+    assert len(evals) == 3 and len(set(questions(evals))) == 3
+    assert not set(questions(train)) & set(questions(evals))
+    with pytest.raises(ConfigError, match="distinct eval prompts"):
+        load_datasets(DataConfig(task="basic_arithmetic", task_params=params, train_size=5, eval_size=20))
+
+
+def test_basic_arithmetic_default_is_two_small_terms_with_plus_minus_times():
+    train, evals = load_datasets(from_yaml("basic_arithmetic"))
+    assert (len(train), len(evals)) == (256, 100)
+    ops = set()
+    for row in list(train) + list(evals):
+        assert row["prompt"][0]["role"] == "user" and len(row["prompt"]) == 1
+        text = row["prompt"][0]["content"]
+        match = re.fullmatch(r"Calculate (\d+) ([-+*]) (\d+)\.\nGive only the final answer\.", text)
+        assert match, text
+        a, op, b = int(match[1]), match[2], int(match[3])
+        assert 0 <= a <= 100 and 0 <= b <= 100  # reasoning-gym's range is 0..10**digits inclusive
+        assert row["answer"] == str({"+": a + b, "-": a - b, "*": a * b}[op])
+        assert json.loads(row["metadata"])["num_terms"] == 2
+        ops.add(op)
+    assert ops == {"+", "-", "*"}
+    assert "question" in train.column_names
+
+
+@pytest.mark.parametrize("name", ["gsm_symbolic", "chain_sum"])
+def test_other_reasoning_gym_configs_load(name):
+    train, evals = load_datasets(from_yaml(name, train_size=8, eval_size=4))
+    assert len(train) == 8 and len(evals) == 4
+    assert all(row["answer"].lstrip("-").isdigit() for row in train)
+
+
+def test_unknown_task_lists_valid_names_with_did_you_mean():
+    with pytest.raises(ConfigError) as err:
+        load_datasets(DataConfig(task="basic_arithmetc"))
+    message = str(err.value)
+    assert "Did you mean 'basic_arithmetic'" in message
+    assert "chain_sum" in message and "gsm_symbolic" in message and "countdown" in message
+
+
+def test_bad_task_params_name_the_valid_keys():
+    with pytest.raises(ConfigError, match=r"data.task_params.*max_terms"):
+        load_datasets(DataConfig(task="basic_arithmetic", task_params={"max_termz": 2}))
+    with pytest.raises(ConfigError, match=r"data.task_params.seed"):
+        build_config(DataConfig, {"task": "chain_sum", "task_params": {"seed": 3}}, "data")
+
+
+def write_jsonl(path: Path, rows) -> Path:
+    path.write_text("".join((r if isinstance(r, str) else json.dumps(r)) + "\n" for r in rows))
+    return path
+
+
+def test_jsonl_with_template_and_seeded_holdout(tmp_path):
+    rows = [{"problem": f"What is {i} + 1?", "solution": i + 1, "unit": "apples", "tags": ["x"]} for i in range(30)]
+    path = write_jsonl(tmp_path / "train.jsonl", rows)
+    cfg = from_yaml(
+        "jsonl",
+        path=str(path),
+        eval_size=10,
+        question_field="problem",
+        answer_field="solution",
+        template="{question} Answer in {unit}.",
+        system_prompt="Be brief.",
+    )
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (20, 10)
+    row = train[0]
+    assert row["prompt"][0] == {"role": "system", "content": "Be brief."}
+    assert re.fullmatch(r"What is (\d+) \+ 1\? Answer in apples\.", row["prompt"][1]["content"])
+    assert row["answer"] == str(row["solution"]) and row["unit"] == "apples"
+    assert "tags" not in train.column_names  # lists are not scalar columns
+    assert not set(questions(train)) & set(questions(evals))
+    assert questions(load_datasets(cfg)[1]) == questions(evals)
+    assert questions(load_datasets(dataclasses.replace(cfg, seed=5))[1]) != questions(evals)
+
+
+def test_jsonl_plain_prompts_and_eval_file(tmp_path):
+    train_path = write_jsonl(tmp_path / "a.jsonl", [{"question": f"q{i}", "answer": "1"} for i in range(5)])
+    eval_path = write_jsonl(tmp_path / "b.jsonl", [{"question": "q0", "answer": "1"}, {"question": "z", "answer": "2"}])
+    cfg = from_yaml(
+        "jsonl", path=str(train_path), eval_split=str(eval_path), conversational=False, template="Q: {question}"
+    )
+    train, evals = load_datasets(cfg)
+    assert train["prompt"] == [f"Q: q{i}" for i in range(5)]
+    assert evals["prompt"] == ["Q: z"]  # "q0" is in train, so it is dropped from eval
+
+
+def test_malformed_jsonl_rows_report_their_line(tmp_path):
+    good = {"question": "1 + 1?", "answer": "2"}
+    path = write_jsonl(tmp_path / "bad.jsonl", [good, "", {"question": "2 + 2?"}])
+    with pytest.raises(ConfigError, match=r"bad\.jsonl line 3: missing field 'answer'"):
+        load_datasets(from_yaml("jsonl", path=str(path), eval_size=1))
+    write_jsonl(path, [good, good, "{not json", good])
+    with pytest.raises(ConfigError, match=r"bad\.jsonl line 3: not valid JSON"):
+        load_datasets(from_yaml("jsonl", path=str(path), eval_size=1))
+    write_jsonl(path, [good, {"question": "  ", "answer": "1"}])
+    with pytest.raises(ConfigError, match=r"bad\.jsonl line 2: empty prompt"):
+        load_datasets(from_yaml("jsonl", path=str(path), eval_size=1))
+    write_jsonl(path, [good])
+    with pytest.raises(ConfigError, match=r"line 1: data.template uses 'level'"):
+        load_datasets(from_yaml("jsonl", path=str(path), eval_size=0, template="{question} {level}"))
+
+
+def test_missing_file_names_data_path(tmp_path):
+    with pytest.raises(ConfigError, match=r"data\.path=.*nope\.jsonl.*no such file"):
+        load_datasets(from_yaml("jsonl", path=str(tmp_path / "nope.jsonl")))
+    with pytest.raises(ConfigError, match=r"data\.path"):
+        build_config(DataConfig, {"source": "parquet"}, "data")
+
+
+def test_parquet_and_hf_folder_sources(tmp_path):
+    import datasets
+
+    ds = datasets.Dataset.from_list([{"question": f"q{i}", "answer": str(i)} for i in range(12)])
+    ds.to_parquet(str(tmp_path / "d.parquet"))
+    train, evals = load_datasets(from_yaml("parquet", path=str(tmp_path / "d.parquet"), eval_size=4, train_size=5))
+    assert (len(train), len(evals)) == (5, 4)
+    with pytest.raises(ConfigError, match=r"d\.parquet row 3: missing field 'answer'"):
+        ds.remove_columns("answer").map(lambda r, i: {"answer": None if i == 2 else "1"}, with_indices=True).to_parquet(
+            str(tmp_path / "d.parquet")
+        )
+        load_datasets(from_yaml("parquet", path=str(tmp_path / "d.parquet"), eval_size=4))
+    datasets.DatasetDict({"train": ds, "test": ds.select(range(3))}).save_to_disk(str(tmp_path / "dd"))
+    train, evals = load_datasets(from_yaml("hf", path=str(tmp_path / "dd"), eval_split="test"))
+    assert (len(train), len(evals)) == (12, 0)  # every test prompt is also in train
+    train, evals = load_datasets(from_yaml("hf", path=str(tmp_path / "dd"), eval_size=2))
+    assert len(train) == 10 and not set(questions(train)) & set(questions(evals))
+
+
+@pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.name)
+def test_data_yaml_builds_and_every_key_is_commented(path):
+    node = {**yaml.safe_load(path.read_text()), "seed": 0}  # the YAML's seed is ${seed}, the run seed
+    if node["path"] == "???":
+        node["path"] = "/some/file"
+    build_config(DataConfig, node, "data")
+    for line in path.read_text().splitlines():
+        if line.strip() and not line.lstrip().startswith("#"):
+            assert " # " in line, f"{path.name}: key without a comment: {line!r}"

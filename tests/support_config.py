@@ -1,0 +1,43 @@
+"""Shared by the config tests: the clean-failure assertion, the launcher tripwire, data configs from YAML."""
+
+from __future__ import annotations
+
+import pytest
+import yaml
+from paths import REPO
+
+from rlpost.data import DataConfig
+from rlpost.schema import build_config
+
+DATA_CONF = REPO / "conf" / "data"
+
+
+def assert_clean_failure(code: int, err: str, expected: list[str], cwd) -> None:
+    assert code == 2, err
+    assert err.startswith("rlpost: error: "), err
+    assert len(err.strip().splitlines()) == 1, f"not one message:\n{err}"
+    for part in expected:
+        assert part in err, f"{part!r} missing from: {err}"
+    assert "Traceback" not in err and "Config search path" not in err
+    assert "Loading weights" not in err  # nothing was loaded
+    assert not (cwd / "outputs").exists() and not (cwd / "multirun").exists()  # no run directory
+
+
+@pytest.fixture
+def no_launch(monkeypatch, tmp_path):
+    """Run in tmp_path with Hydra's launcher replaced by a tripwire (bad input must never reach it)."""
+    import hydra
+
+    def tripwire(*args, **kwargs):
+        raise AssertionError("validation passed: Hydra was asked to launch the job")
+
+    monkeypatch.setattr(hydra, "main", tripwire)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    return tmp_path
+
+
+def from_yaml(name: str, **overrides) -> DataConfig:
+    node = yaml.safe_load((DATA_CONF / f"{name}.yaml").read_text())
+    node = {**node, "seed": 0, **overrides}  # the YAML's seed is ${seed}, the run seed
+    return build_config(DataConfig, node, "data")

@@ -1,0 +1,174 @@
+"""The TRL contract: every private TRL / transformers member rlpost overrides or reads, pinned.
+
+rlpost's trainer (rlpost/trainer/, rlpost/algorithms/) overrides private methods of
+``trl.GRPOTrainer`` and reads private attributes of it. Those are not a stable API: an upgrade may
+rename a parameter, drop a method or move an attribute without notice. This test fails in CI, naming
+the seam, instead of letting a run go subtly wrong:
+
+- every private method an rlpost trainer class overrides is listed in ``SEAMS`` with the parameter
+  names rlpost relies on, and TRL's method has exactly those parameters (in order);
+- every attribute the trainer code reads from TRL (found by reading the source: ``self.<name>`` /
+  ``trainer.<name>`` that rlpost never assigns) exists on a real GRPOTrainer;
+- the pinned versions are the ones installed.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+from pathlib import Path
+
+import pytest
+import transformers
+import trl
+from paths import REPO
+from trl import GRPOTrainer
+
+from rlpost.algorithms.ppo import PPOTrainer
+from rlpost.algorithms.regen import RegenTrainer
+from rlpost.component import Component
+from rlpost.trainer import RLPostTrainer
+
+ROOT = REPO
+TRAINER_SOURCES = [*sorted((ROOT / "rlpost" / "trainer").glob("*.py")), *(ROOT / "rlpost" / "algorithms").glob("*.py")]
+TRAINER_SOURCES += [
+    ROOT / "rlpost" / "replay.py",
+    ROOT / "rlpost" / "checkpoints.py",
+    ROOT / "rlpost" / "safety" / "kit.py",
+]
+TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies read TRL state through RolloutContext
+
+# the seam -> the parameter names rlpost's override relies on (TRL 1.16.0 / transformers 5.2x)
+SEAMS = {
+    "_get_train_sampler": ["self", "dataset"],  # seam 0 (trainer/core.py)
+    "_generate": ["self", "prompts"],  # seam 1 (trainer/core.py, algorithms/regen.py)
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],  # seam 2
+    "_generate_and_score_completions": ["self", "inputs"],  # seam 3 (trainer/scoring.py, ppo, regen)
+    "_compute_loss": ["self", "model", "inputs"],  # seam 4 (trainer/loss.py, ppo)
+    "_clip_grad_norm": ["self", "model"],  # seam 5 (trainer/loss.py, ppo)
+    "_save_checkpoint": ["self", "model", "trial"],  # seam 6 (trainer/checkpoints.py)
+    "_get_output_dir": ["self", "trial"],  # seam 6: where TRL writes a checkpoint
+    "_load_optimizer_and_scheduler": ["self", "checkpoint"],  # seam 6: component state on resume (+ ppo)
+    "_generate_single_turn": [  # seam 7 (trainer/rollouts.py)
+        "self",
+        "prompt_ids",
+        "images",
+        "multimodal_fields",
+        "num_generations",
+        "has_tool_images",
+    ],
+    "_get_per_token_logps_and_entropies": [  # seam 8 (trainer/logprobs.py, ppo): the first six are used
+        "self",
+        "model",
+        "input_ids",
+        "attention_mask",
+        "logits_to_keep",
+        "batch_size",
+        "compute_entropy",
+        "compute_aux_loss",
+        "pixel_values",
+        "image_grid_thw",
+        "num_images",
+        "pixel_attention_mask",
+        "spatial_shapes",
+        "num_tiles",
+        "image_sizes",
+        "token_type_ids",
+        "mm_token_type_ids",
+        "image_position_ids",
+    ],
+    "_save": ["self", "output_dir", "state_dict"],  # PPO's critic next to the weights (algorithms/ppo.py)
+}
+PUBLIC_OVERRIDES = {  # public Trainer methods rlpost overrides, also pinned
+    "create_optimizer": ["self", "model"],
+    "compute_loss": ["self", "model", "inputs", "return_outputs", "num_items_in_batch"],
+}
+RLPOST_CLASSES = (RLPostTrainer, PPOTrainer, RegenTrainer)
+
+
+def overridden(cls: type) -> set[str]:
+    """Methods of GRPOTrainer (or its bases) that an rlpost class in ``cls``'s MRO defines."""
+    names = set()
+    for klass in cls.__mro__:
+        if klass.__module__.startswith("rlpost"):
+            names |= {n for n, v in vars(klass).items() if callable(v) and hasattr(GRPOTrainer, n)}
+    return {n for n in names if not (n.startswith("__") and n.endswith("__"))}
+
+
+def test_pinned_versions():
+    assert trl.__version__ == "1.16.0", "rlpost's seams are written against trl 1.16.0 (pyproject pins it)"
+    major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
+    assert (major, minor) >= (5, 17) and (major, minor) < (5, 25), transformers.__version__
+
+
+@pytest.mark.parametrize("cls", RLPOST_CLASSES, ids=lambda c: c.__name__)
+def test_every_override_is_a_listed_seam(cls):
+    unlisted = sorted(overridden(cls) - set(SEAMS) - set(PUBLIC_OVERRIDES))
+    assert not unlisted, f"{cls.__name__} overrides TRL methods that are not in SEAMS: {unlisted} (add and pin them)"
+
+
+@pytest.mark.parametrize("name", sorted({**SEAMS, **PUBLIC_OVERRIDES}))
+def test_trl_signature_of_each_seam(name):
+    expected = {**SEAMS, **PUBLIC_OVERRIDES}[name]
+    method = getattr(GRPOTrainer, name, None)
+    assert method is not None, f"seam {name}: trl.GRPOTrainer no longer has it (trl {trl.__version__})"
+    got = list(inspect.signature(method).parameters)
+    assert got == expected, f"seam {name}: TRL's parameters changed from {expected} to {got}"
+
+
+def read_attributes(path: Path) -> tuple[set[str], set[str]]:
+    """``self.X`` / ``trainer.X`` reads in one source file, and the names that file assigns or defines."""
+    reads, assigned = set(), set()
+    tree = ast.parse(path.read_text())
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name):
+            if node.value.id in ("self", "trainer"):
+                (assigned if isinstance(node.ctx, ast.Store) else reads).add(node.attr)
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            assigned.add(node.name)
+        if isinstance(node, ast.ClassDef):
+            assigned |= {t.id for stmt in node.body if isinstance(stmt, ast.AnnAssign | ast.Assign)
+                         for t in ([stmt.target] if isinstance(stmt, ast.AnnAssign) else stmt.targets)
+                         if isinstance(t, ast.Name)}  # fmt: skip
+    return reads, assigned
+
+
+def trl_reads() -> set[str]:
+    """Attributes read from the trainer that neither rlpost's trainer classes nor the reading file define.
+
+    A name a component folder assigns (a side model's own ``self._tokenizer``, ConditionedRollout's
+    ``attempt``) is that folder's own; a name rlpost's trainer package assigns is rlpost's everywhere.
+    """
+    per_file = {path: read_attributes(path) for path in TRAINER_SOURCES}
+    folder_assigned: dict[Path, set[str]] = {}
+    for path, (_, own) in per_file.items():
+        folder_assigned.setdefault(path.parent, set()).update(own)
+    trainer_files = [p for p in per_file if p.parent.name in ("trainer", "algorithms")]
+    trainer_assigned = set().union(*(per_file[p][1] for p in trainer_files))
+    trainer_assigned |= set(dir(RLPostTrainer)) - set(dir(GRPOTrainer))
+    return {
+        name
+        for path, (reads, _) in per_file.items()
+        for name in reads - folder_assigned[path.parent] - trainer_assigned
+    }
+
+
+@pytest.fixture(scope="module")
+def plain_trainer(tmp_path_factory):
+    """A real GRPOTrainer on the tiny model: the object whose attributes rlpost reads."""
+    from trainer_utils import make_run, train_plain_trl
+
+    run = make_run(["train.steps=1"])
+    return train_plain_trl(run, tmp_path_factory.mktemp("plain"))
+
+
+def test_every_attribute_rlpost_reads_exists_on_trl(plain_trainer):
+    from_trl = sorted(trl_reads())
+    # rlpost's own objects also appear as self.X in the component sources (cfg, run, critic, ...): only names
+    # that TRL's trainer or rlpost's trainer define are TRL's contract; the rest are rlpost's own classes.
+    rlpost_only = {"cfg", "run", "critic", "critic_cfg", "regen", "safety", "batch", "replay", "sample_sink"}
+    rlpost_only |= set(dir(Component))  # a rollout strategy's own members (registry_name, describe, ...)
+    missing = [n for n in from_trl if n not in rlpost_only and not hasattr(plain_trainer, n)]
+    trl_private = [n for n in from_trl if n.startswith("_") and hasattr(plain_trainer, n)]
+    assert not missing, f"rlpost reads these trainer attributes that trl {trl.__version__} does not have: {missing}"
+    assert "_metrics" in trl_private and "_tokenizer" in trl_private  # the contract covers TRL's private state
