@@ -39,12 +39,13 @@ browser: ## headless Chromium for the report tests (apt-get, only as root; other
 		echo "chromium missing and not root (or no apt-get): the report browser tests will skip"; \
 	fi
 
-test: setup browser ## run the whole test suite (slow end-to-end tests included, GPU tests skipped on CPU)
+test: setup browser lint ## lint and type-check, then the whole test suite (slow tests included, GPU tests skipped on CPU)
 	$(PY) -m pytest
 
-lint: setup ## ruff over the package and tests
+lint: setup ## ruff (lint and format) over the package, tests and benchmarks; mypy (basic mode) over the package
 	$(VENV)/bin/ruff check rlpost tests bench
 	$(VENV)/bin/ruff format --check rlpost tests bench
+	$(VENV)/bin/mypy
 
 bench: setup ## benchmarks against plain TRL (prints tables, writes bench/RESULTS.md)
 	$(PY) bench/step_time.py

@@ -31,7 +31,7 @@ from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig, KLPenalty
 from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
-from rlpost.regularizers.base import REGULARIZERS
+from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.reward_guard import reward_policies
 from rlpost.reward_terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS
@@ -66,7 +66,9 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
     if aggregation not in AGGREGATIONS:
         raise ConfigError(f"Invalid algorithm.aggregation={aggregation!r}. Valid choices: {', '.join(AGGREGATIONS)}.")
     kl = build_config(KLConfig, node.get("kl"), "algorithm.kl")
-    regularizers = [("kl", KLPenalty(kl))] if kl.coef > 0 and kl.placement == "loss" else []  # KL's home in the loss
+    regularizers: list[tuple[str, Regularizer]] = (
+        [("kl", KLPenalty(kl))] if kl.coef > 0 and kl.placement == "loss" else []
+    )  # KL's home in the loss
     for name, params in (node.get("regularizers") or {}).items():
         regularizers.append(
             (name, build_component(REGULARIZERS, {"name": name, **(params or {})}, f"algorithm.regularizers.{name}"))

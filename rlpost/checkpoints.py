@@ -80,7 +80,8 @@ def latest_checkpoint(checkpoints: Path) -> Path | None:
 def skipped_checkpoints(checkpoints: Path) -> list[str]:
     """One line per ``checkpoint-N`` newer than the latest complete one that cannot be resumed, saying why."""
     latest = latest_checkpoint(checkpoints)
-    newest = int(CHECKPOINT_RE.match(latest.name).group(1)) if latest else -1
+    match = CHECKPOINT_RE.match(latest.name) if latest else None
+    newest = int(match.group(1)) if match else -1
     lines = []
     for step, path in sorted(_numbered(checkpoints)):
         if step > newest and not is_complete(path):

@@ -51,7 +51,11 @@ class Component:
     # saved with every checkpoint and restored on resume (rlpost/state.py); True exactly when state_dict is overridden
     stateful: ClassVar[bool] = False
 
-    def __init__(self, cfg: Config) -> None:
+    # the component's own nested Config (each subclass's Config is its own dataclass, so the base types the
+    # attribute as Any: build_config validated it against that dataclass before the component was made)
+    cfg: Any
+
+    def __init__(self, cfg: Any) -> None:  # cfg: the subclass's own Config
         self.cfg = cfg
 
     def __init_subclass__(cls, **kwargs: Any) -> None:

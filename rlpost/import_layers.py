@@ -124,7 +124,7 @@ def group(name: str) -> str:
 
 def layer_table(layer: dict[str, int]) -> str:
     """The markdown table of docs/architecture.md: one row per layer, its modules by group."""
-    rows = defaultdict(lambda: defaultdict(list))
+    rows: defaultdict[int, defaultdict[str, list[str]]] = defaultdict(lambda: defaultdict(list))
     for name, n in layer.items():
         is_package = (PACKAGE_ROOT.parent / name.replace(".", "/")).is_dir()
         member = "__init__" if is_package else name.split(".")[-1]
@@ -146,12 +146,12 @@ def draw(layer: dict[str, int], out: Path) -> Path:
     matplotlib.use("Agg")
     import matplotlib.pyplot as plt
 
-    rows = defaultdict(lambda: defaultdict(int))
+    counts: defaultdict[int, defaultdict[str, int]] = defaultdict(lambda: defaultdict(int))
     for name, n in layer.items():
-        rows[n][group(name)] += 1
-    height = max(rows) + 1
+        counts[n][group(name)] += 1
+    height = max(counts) + 1
     fig, ax = plt.subplots(figsize=(16, 0.55 * height + 1))
-    for n, groups in rows.items():
+    for n, groups in counts.items():
         names = sorted(groups)
         for i, g in enumerate(names):
             label = f"{g} x{groups[g]}" if groups[g] > 1 else g

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import re
 import sys
+from typing import Any
 
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
@@ -30,7 +31,7 @@ REGISTRIES: dict[str, Registry] = {
 }
 
 
-def seed_reference(cls: type) -> str:
+def seed_reference(cls: Any) -> str:
     """The component's ``seed`` attribute, else every ``seed NNN #NN`` its module docstring cites."""
     if cls.seed:
         return cls.seed

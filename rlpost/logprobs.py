@@ -46,7 +46,7 @@ class CompletionLogProbs(torch.autograd.Function):
             lse[start:end] = torch.logsumexp(z, dim=-1)
             logps[start:end] = z.gather(1, targets[start:end, None]).squeeze(1) - lse[start:end]
             log_p = z.sub_(lse[start:end, None])  # in place: z is not needed again
-            if with_entropy:
+            if entropy is not None:
                 entropy[start:end] = -(log_p.exp() * log_p).sum(-1)
         # one chunk: keep its log-softmax for the backward (memory stays one chunk), else recompute per chunk
         ctx.log_p = log_p if n <= chunk else None

@@ -239,7 +239,12 @@ def _check_hf_path(path: str, key: str = "model.path") -> str:
 def check_local_weights(cfg: ModelConfig, key: str = "model.path") -> None:
     """A local ``model.path`` holding only pickle weights (``*.bin``/``*.pt``) is refused unless
     ``model.safetensors_only=false``: unpickling a file can run arbitrary code."""
-    if cfg.source != "hf" or not cfg.safetensors_only or not os.path.isdir(os.path.expanduser(cfg.path)):
+    if (
+        cfg.source != "hf"
+        or cfg.path is None
+        or not cfg.safetensors_only
+        or not os.path.isdir(os.path.expanduser(cfg.path))
+    ):
         return
     files = os.listdir(os.path.expanduser(cfg.path))
     pickles = sorted(f for f in files if f.endswith((".bin", ".pt", ".pth", ".pkl")) and "training_args" not in f)
@@ -294,6 +299,7 @@ def model_folder(cfg: ModelConfig) -> str:
     if cfg.source == "tiny_random":
         return str(tiny_random_folder(cfg))
     check_local_weights(cfg)
+    assert cfg.path is not None  # source=hf requires model.path (ModelConfig.__post_init__)
     return _check_hf_path(cfg.path)
 
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import signal
 import sys
 import threading
+from typing import Any
 
 import torch
 from transformers import TrainerCallback
@@ -29,7 +30,7 @@ class PreemptionCallback(TrainerCallback):
 
     def __init__(self):
         self.received: str | None = None  # signal name once one arrived
-        self._previous: dict[int, object] = {}
+        self._previous: dict[int, Any] = {}  # the handlers signal.signal returned
 
     def install(self) -> None:
         if threading.current_thread() is not threading.main_thread():

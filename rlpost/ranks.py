@@ -102,7 +102,12 @@ def write_folder(final: Path, write: Callable[[Path], Path | None]) -> Path:
     """
     final = Path(final)
     staging, old = final.with_name(f".tmp-{final.name}"), final.with_name(f".tmp-old-{final.name}")
-    on_main(lambda: (_delete(staging), _delete(old)))  # nobody writes into a stale staging folder
+
+    def clear_stale() -> None:  # nobody writes into a stale staging folder
+        for path in (staging, old):
+            _delete(path)
+
+    on_main(clear_stale)
     error: OSError | None = None
     try:
         written = Path(write(staging) or staging)

@@ -3,7 +3,7 @@
 Every component class subclasses its kind's base (``rlpost/<kind>/base.py``, itself a
 ``rlpost.component.Component``), carries a nested frozen ``Config`` dataclass (its schema), a
 ``seed`` attribute (the seed paragraph it implements, e.g. ``"seed 000 #29"``) and a docstring
-whose first line is its one-line description for ``rlpost list``. Naming rule (tests/test_naming_rule.py):
+whose first line is its one-line description for ``rlpost list``. Naming rule (tests/config/test_naming_rule.py):
 the class registered as ``<name>`` lives in ``rlpost/<kind>/<name>.py``.
 """
 
@@ -33,9 +33,9 @@ class Registry(Generic[T]):
                 raise RuntimeError(f"{self.kind} {name!r} is registered twice")
             if not issubclass(cls, self.base):
                 raise RuntimeError(f"{self.kind} {name!r} ({cls.__name__}) must subclass {self.base.__name__}")
-            if not dataclasses.is_dataclass(cls.Config):
+            if not dataclasses.is_dataclass(getattr(cls, "Config", None)):  # T is any class: checked here
                 raise RuntimeError(f"{self.kind} {name!r} has no nested Config dataclass")
-            cls.registry_name = name
+            setattr(cls, "registry_name", name)  # noqa: B010 (T carries no attribute declaration)
             self._entries[name] = cls
             return cls
 

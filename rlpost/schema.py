@@ -322,7 +322,7 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
             raise ConfigError(f"{where} must be a mapping, got {value!r}.")
         val_hint = args[1] if len(args) == 2 else Any
         return {k: _coerce(val_hint, v, f"{where}.{k}") for k, v in value.items()}
-    if dataclasses.is_dataclass(hint):
+    if isinstance(hint, type) and dataclasses.is_dataclass(hint):
         if not isinstance(value, Mapping):
             raise ConfigError(f"{where} must be a mapping of {hint.__name__} fields, got {value!r}.")
         return build_config(hint, value, where)

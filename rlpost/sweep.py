@@ -218,5 +218,5 @@ class SweepSummaryCallback(Callback):
         if sweep_dir.is_dir() and job_dirs(sweep_dir):
             jobs = load_jobs(sweep_dir)
             metrics = eval_metrics(jobs) if is_eval_sweep(jobs) else list(DEFAULT_METRICS)
-            files = write_sweep_files(sweep_dir, sweep_dir, metrics, list(DEFAULT_MINIMIZE), DEFAULT_KEYS)
+            files = write_sweep_files(sweep_dir, sweep_dir, metrics, list(DEFAULT_MINIMIZE), list(DEFAULT_KEYS))
             print(to_markdown(files["header"], files["rows"], files["common"]))

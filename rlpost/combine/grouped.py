@@ -8,6 +8,8 @@ reward term name against the built run's term names with a ``ConfigError`` listi
 
 from __future__ import annotations
 
+from typing import Literal
+
 import torch
 
 from rlpost.advantages.base import GroupBatch
@@ -15,7 +17,9 @@ from rlpost.advantages.group_norm import GroupNorm
 from rlpost.errors import ConfigError
 
 
-def group_advantage(values: torch.Tensor, g: int, scale: str = "group", eps: float = 1e-4) -> torch.Tensor:
+def group_advantage(
+    values: torch.Tensor, g: int, scale: Literal["group", "batch", "none"] = "group", eps: float = 1e-4
+) -> torch.Tensor:
     """values [N] (NaN = unscorable), G -> GRPO advantage [N] per group; NaN rows stay NaN."""
     values = values.float()
     n = values.numel()

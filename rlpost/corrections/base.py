@@ -15,7 +15,7 @@ replaces both at once.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
@@ -63,7 +63,7 @@ class Correction(Component):
     class Config(CorrectionSettings):
         """Only the rollout side (a correction with settings extends ``CorrectionSettings``)."""
 
-    cfg: CorrectionSettings
+    cfg: Any  # a CorrectionSettings subclass: each correction's own Config (Component.cfg)
     # a second model that samples some completions of every group (f_tis); None: only the policy samples
     peer: ModelConfig | None = None
     peer_per_group: int = 0  # completions per group the peer samples (0 without a peer)

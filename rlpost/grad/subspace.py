@@ -292,8 +292,9 @@ class Reference:
             self.start = {n: p.detach().clone() for n, p in mats}
             self.start_step = step
         if self.subspace is None and cfg.source == "file":
+            assert cfg.path is not None  # source=file requires a path (SubspaceSettings.__post_init__)
             self._set(load_subspace(cfg.path))
-        elif self.subspace is None and step - self.start_step >= cfg.warmup_steps:
+        elif self.subspace is None and self.start_step is not None and step - self.start_step >= cfg.warmup_steps:
             deltas = {n: p.detach().float() - self.start_of(n, p) for n, p in mats}
             self._set(build_subspace(deltas, cfg.rank, cfg.energy, cfg))
             if not self.keep_start:
@@ -310,6 +311,7 @@ class Reference:
     def basis(self, name: str, p: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
         """(U [m, k], V [n, k]) float32 on p's device, cached."""
         if name not in self._bases:
+            assert self.subspace is not None, "basis() before the subspace exists"
             b = self.subspace[name]
             self._bases[name] = (b["U"].to(p.device, torch.float32), b["V"].to(p.device, torch.float32))
         return self._bases[name]
@@ -332,6 +334,7 @@ class Reference:
 
     def _check(self, mats: list[tuple[str, torch.Tensor]]) -> None:
         where = self.cfg.path if self.cfg.source == "file" else "the warmup subspace"
+        assert self.subspace is not None, "_check() before the subspace exists"
         for name, p in mats:
             b = self.subspace.get(name)
             if b is None:

@@ -168,7 +168,7 @@ class Judge(Component):
                     self.cache.put(self.mode, prompts[i], value)
         failed = [r for r in results if isinstance(r, Exception)]
         if not failed:
-            return results
+            return [r for r in results if not isinstance(r, Exception)]  # all of them
         self.stats["failures"] += len(failed)
         outcome = self.cfg.on_failure
         message = f"judge {self.name}: {len(failed)} of {len(prompts)} prompts failed (first: {failed[0]})"

@@ -51,8 +51,8 @@ class LocalJudge(Judge):
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self._model = None
-        self._tokenizer = None
+        self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
         if cfg.cache:
             self.cache = DiskCache(cfg.cache_path or default_cache_path(), f"local|{cfg.model}")

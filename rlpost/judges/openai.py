@@ -171,7 +171,7 @@ class OpenAIJudge(Judge):
             top = choice["logprobs"]["content"][0]["top_logprobs"]
         except (KeyError, IndexError, TypeError):
             return None
-        lps = {}
+        lps: dict[str, float] = {}
         for item in top:
             lps.setdefault(str(item["token"]).strip().lower(), float(item["logprob"]))
         if "yes" not in lps and "no" not in lps:

@@ -91,7 +91,7 @@ def kl_loss_term(x: LossInputs, cfg: KLConfig) -> tuple[torch.Tensor, dict[str, 
 class KLPenalty(Regularizer):
     """``coef * KL_est(pi || ref)`` per token in the loss (``algorithm.kl``, placement=loss); logs ``kl``."""
 
-    Config = KLConfig
+    Config = KLConfig  # type: ignore[assignment]  # the nested Config is a shared settings dataclass, not a subclass
     registry_name = "kl"  # its name in algorithm.regularizers (built from algorithm.kl, not registered)
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:

@@ -104,9 +104,11 @@ class IntentBatchSampler(Sampler[int]):
             return []
         others = [i for intent, rows in groups.items() if intent not in members for i in rows]
         pool = [i for i in others if is_anchor[i]] or others or [i for rows in groups.values() for i in rows]
-        picks = []
+        picks: list[int] = []
         while len(picks) < room:  # a fresh permutation of the pool each round: no repeats while it lasts
-            perm = torch.randperm(len(pool), generator=self.generator).tolist() if self.shuffle else range(len(pool))
+            perm = (
+                torch.randperm(len(pool), generator=self.generator).tolist() if self.shuffle else list(range(len(pool)))
+            )
             picks += [pool[j] for j in perm]
         return picks[:room]
 

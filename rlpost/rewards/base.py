@@ -35,7 +35,7 @@ class Reward(Component):
     # each completion's mean token log-prob under the rollout policy
     rollout_fields: tuple[str, ...] = ()
 
-    def __init__(self, cfg: Component.Config) -> None:
+    def __init__(self, cfg: Any) -> None:  # cfg: the subclass's own Config
         super().__init__(cfg)
         # TRL logs a reward function under its __name__; reward_terms.build_reward_terms sets the term
         # name (``format_2`` for a repeated term), else it is the registry name

@@ -35,6 +35,7 @@ import os
 import sys
 import sysconfig
 from dataclasses import dataclass, field
+from types import ModuleType
 from typing import Any
 
 from torch import nn
@@ -52,10 +53,11 @@ def load_object(path: str) -> Any:
         parts = attrs.split(".") if attrs else []
     else:
         parts = path.split(".")
-        module, err = None, None
+        found: ModuleType | None = None
+        err: ModuleNotFoundError | None = None
         for cut in range(len(parts) - 1, 0, -1):  # longest importable prefix is the module
             try:
-                module = importlib.import_module(".".join(parts[:cut]))
+                found = importlib.import_module(".".join(parts[:cut]))
             except ModuleNotFoundError as e:
                 prefix = ".".join(parts[:cut])
                 if e.name is None or not (prefix == e.name or prefix.startswith(e.name + ".")):
@@ -64,9 +66,10 @@ def load_object(path: str) -> Any:
                 continue
             parts = parts[cut:]
             break
-        if module is None:
+        if found is None:
             raise err or ImportError(f"{path!r} names no module")
-    obj = module
+        module = found
+    obj: Any = module
     for i, attr in enumerate(parts):
         if not hasattr(obj, attr):
             where = module.__name__ + "".join("." + p for p in parts[:i])

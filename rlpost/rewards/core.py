@@ -31,7 +31,7 @@ Choices where the abstract is silent (each a config field):
 - Majority vote is the case ``agreement_weight > 0, similarity_weight = 0, confidence = none,
   grading = 0, gate = 0``: W is then block-diagonal over answers, each answer's mass after t steps
   is proportional to k (k - 1)^t, increasing in its count k, so y_hat is the mode with the same
-  first-seen tie rule (tests/test_rewards_group.py checks equality with majority_vote).
+  first-seen tie rule (tests/unit/rewards/test_rewards_group.py checks equality with majority_vote).
 """
 
 from __future__ import annotations
@@ -162,7 +162,7 @@ class CoRE(GroupReward):
         rewards = [0.0] * g
         if not keep:
             return rewards, {"labelled": 0.0}
-        kept = [answers[i] for i in keep]
+        kept = [a for a in answers if a is not None]  # the answers of the rows in keep, in order
         w = self.edges(kept, [completion_text(completions[i]) for i in keep], self.confidences(rows, keep, g))
         x = replicator(w, cfg.max_iter, cfg.tol)
         mass: dict[str, float] = {}

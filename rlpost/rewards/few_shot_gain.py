@@ -75,7 +75,8 @@ class FewShotGain(Reward):
             raise ParamError("max_length", f"must be >= 1, got {cfg.max_length}")
         super().__init__(cfg)
         self.scorer = cfg.model  # null until check_run copies the run's model config
-        self._model = self._tokenizer = None
+        self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
 
     def __getstate__(self):  # pickling (TRL's async worker) drops the loaded model and the lock

@@ -54,7 +54,7 @@ class Format(Reward):
             source = sep + sep.join(blocks) + sep
         self.regex = re.compile(source, re.DOTALL)
 
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` -> rewards ``[N]`` in {1.0, 0.0}."""
         check = self.regex.fullmatch if self.cfg.match == "fullmatch" else self.regex.search
         return [float(check(completion_text(c)) is not None) for c in completions]

@@ -81,8 +81,9 @@ class GroupReward(Reward):
         size, rank = world()
         parts = [(list(prompts), list(completions), columns)]
         if size > 1:
-            parts = [None] * size
-            dist.all_gather_object(parts, (list(prompts), list(completions), columns))
+            gathered: list[Any] = [None] * size
+            dist.all_gather_object(gathered, (list(prompts), list(completions), columns))
+            parts = gathered
         offset = sum(len(p[1]) for p in parts[:rank])
         all_prompts = [p for part in parts for p in part[0]]
         all_completions = [c for part in parts for c in part[1]]

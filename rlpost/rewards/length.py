@@ -48,7 +48,7 @@ class Length(Reward):
         texts = [completion_text(c) for c in completions]
         return [len(t.split()) if self.cfg.unit == "words" else len(t) for t in texts]
 
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` (+ ``completion_ids [N][T_i]``) -> penalties ``[N]`` in [-1, 0]."""
         target = self.cfg.target
         rewards = []

@@ -102,6 +102,7 @@ class Pared(Reward):
         from rlpost.schema import resolve_data_path
 
         try:
+            assert cfg.demos_path is not None  # required: Pared.Config.__post_init__
             with open(resolve_data_path(cfg.demos_path), encoding="utf-8") as handle:
                 demos = [str(json.loads(line)[cfg.demo_field]) for line in handle if line.strip()]
         except (OSError, ValueError, KeyError, TypeError) as err:

@@ -179,7 +179,7 @@ class QeLid(Reward):
             )
         rewards: list[float | None] = [0.0] * n
         for j, i in enumerate(kept):
-            values = [s[j] for s in scores.values() if s[j] is not None]
+            values = [v for v in (s[j] for s in scores.values()) if v is not None]
             rewards[i] = sum(values) / len(values) if values else None
         self._log(kwargs, gates, scores)
         return rewards
@@ -198,6 +198,7 @@ class QeLid(Reward):
             ]
         if not sources:
             return []
+        assert self.judge is not None, f"estimator {name!r} needs qe_lid's judge"
         prompts = [
             cfg.template.format(
                 source=x,

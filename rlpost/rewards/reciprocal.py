@@ -36,7 +36,8 @@ def target_vector(gold: Any) -> list[float] | None:
     """A target as a list of numbers: a number, a numeric string, or a list of them (None: unusable)."""
     if isinstance(gold, (list, tuple)):
         values = [gold_number(v) for v in gold]
-        return None if not values or any(v is None for v in values) else values
+        numbers = [v for v in values if v is not None]
+        return numbers if values and len(numbers) == len(values) else None
     value = gold_number(gold)
     return None if value is None else [value]
 

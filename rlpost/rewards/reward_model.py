@@ -139,7 +139,7 @@ class RewardModel(Reward):
         ids = encode(tokenizer, texts, self.max_length)
         return score_ids(model, ids, tokenizer.pad_token_id, self.cfg.batch_size)
 
-    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float]:
+    def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``prompts [N]``, ``completions [N]`` -> rewards ``[N]`` (normalized per ``normalize``)."""
         r = self.scores(prompts, completions)
         if self.cfg.normalize == "batch":

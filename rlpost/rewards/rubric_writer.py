@@ -54,7 +54,8 @@ class RubricWriter:
 
     def __init__(self, cfg: WriterConfig):
         self.cfg = cfg
-        self._model = self._tokenizer = None
+        self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
+        self._tokenizer: Any = None
         self._lock = threading.Lock()
         if cfg.backend == "openai" and cfg.api_key_env and not os.environ.get(cfg.api_key_env):
             raise ConfigError(f"writer api_key_env={cfg.api_key_env!r}: the environment variable is not set")

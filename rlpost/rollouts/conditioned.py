@@ -72,9 +72,9 @@ def revise_prompt(prompt: Any, attempt: str | None, note: str) -> Any:
 class ConditionedRollout(RolloutStrategy):
     """Base of the conditioned-rollout variants: natural rows, conditioned rows, backfill."""
 
-    Config = ConditionedConfig
+    Config = ConditionedConfig  # type: ignore[assignment]  # the nested Config is a shared settings dataclass, not a subclass
 
-    def __init__(self, cfg: Config):
+    def __init__(self, cfg: ConditionedConfig):
         super().__init__(cfg)
         self.last: dict[int, Request] = {}  # row -> the request whose z fills it (for logs and tests)
 
@@ -107,12 +107,12 @@ class ConditionedRollout(RolloutStrategy):
             out.put(i, first, j)
         requests = self.conditions(prompts, ctx, out, natural)
         cond = ctx.generate([r.prompt for r in requests], KIND) if requests else None
-        kept = self.keep(requests, cond, ctx, out) if requests else []
+        kept = self.keep(requests, cond, ctx, out) if cond is not None else []
         free = {g[0]: list(g)[len(g) - k :] for g in groups}
         self.last = {}
         for j, (request, ok) in enumerate(zip(requests, kept)):
             slots = free[request.group[0]]
-            if ok and slots:
+            if ok and slots and cond is not None:
                 slot = slots.pop(0)
                 out.put(slot, cond, j)
                 out.prompt_ids[slot] = list(out.prompt_ids[request.group[0]])  # trained under the original x

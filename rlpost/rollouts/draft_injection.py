@@ -88,7 +88,7 @@ class DraftInjection(RolloutStrategy):
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.drafts = read_drafts(cfg.path, cfg.file_key) if cfg.source == "file" else None
+        self.drafts: dict[str, str] = read_drafts(cfg.path, cfg.file_key) if cfg.source == "file" and cfg.path else {}
         self.side = SideModel(cfg.model, cfg.draft_max_tokens, cfg.draft_temperature) if cfg.model else None
         self.last: list[tuple[str | None, str | None]] = []  # per row: (draft, the key it was written for)
 
@@ -110,11 +110,12 @@ class DraftInjection(RolloutStrategy):
     def _choose(self, keys: list[str], prompts: list, ctx: RolloutContext) -> list[tuple[str | None, str | None]]:
         """One (draft, key it was written for) per prompt of the batch."""
         if self.cfg.source == "model":
+            assert self.side is not None  # source=model requires model (Config.__post_init__)
             texts = self.side.generate(prompts, ctx.trainer.accelerator.device)
             if self.cfg.match == "shuffled":
                 return [(texts[(p + 1) % len(keys)], keys[(p + 1) % len(keys)]) for p in range(len(keys))]
             return list(zip(texts, keys))
-        chosen = []
+        chosen: list[tuple[str | None, str | None]] = []
         for key in keys:
             if key not in self.drafts:
                 if self.cfg.missing == "error":

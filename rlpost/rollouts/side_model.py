@@ -22,8 +22,8 @@ class SideModel:
 
     def __init__(self, cfg: ModelConfig, max_new_tokens: int, temperature: float, batch_size: int = 8):
         self.cfg, self.max_new_tokens, self.temperature, self.batch_size = cfg, max_new_tokens, temperature, batch_size
-        self._model = None
-        self._tokenizer = None
+        self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
+        self._tokenizer: Any = None
 
     def __getstate__(self):  # pickling drops the loaded model
         return {**self.__dict__, "_model": None, "_tokenizer": None}

@@ -40,7 +40,7 @@ log = logging.getLogger("rlpost.safety")
 class SafetyKit(Component):
     """See the module docstring; a no-op when every mechanism is off."""
 
-    Config = SafetySettings
+    Config = SafetySettings  # type: ignore[assignment]  # the nested Config is a shared settings dataclass, not a subclass
     stateful = True  # whitening statistics, rule counters and fp32 masters travel with every checkpoint
 
     def __init__(self, cfg: SafetySettings):
@@ -52,7 +52,7 @@ class SafetyKit(Component):
         self.snapshot = Snapshot()
         self.rollbacks = self.merges = self.good_steps = 0
         self.events: list[dict[str, Any]] = []
-        self.trainer = None
+        self.trainer: Any = None  # the RLPostTrainer, set by attach()
         self.event_sink: Callable[[dict], None] | None = None
         self._reward: float | None = None  # mean raw reward of the newest rollouts, consumed by the rules
         self._kl: list[float] = []  # per micro-batch KL of this step

@@ -112,7 +112,7 @@ def print_table(title: str, results: dict[str, Any]) -> None:
 def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
     results = evaluate_policy(s)
     out = Path(s.out) if s.out else Path(output_dir) / "eval.json"
-    size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts"))
+    size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts") or 0)
     record = {**describe(s), "size": size, "samples": s.samples, "overrides": overrides, "results": results}
     if is_main():  # one writer per path (rlpost/ranks.py)
         out.parent.mkdir(parents=True, exist_ok=True)

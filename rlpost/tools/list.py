@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import difflib
 import sys
+from collections.abc import Sequence
 
 from rlpost.app import fail
 
@@ -40,11 +41,12 @@ def main(args: list[str]) -> int:
                 f"Unknown component kind {word!r}, and no config group of that name.{hint} "
                 f"Component kinds: {', '.join(kinds)}. Config groups: {', '.join(words)}."
             )
-    sections = []
-    component_rows = [r for word in args or [None] if word is None or word in REGISTRIES for r in rows(word)]
+    sections: list[tuple[str, tuple[str, ...], Sequence[tuple[str, ...]]]] = []
+    words_or_all: list[str | None] = list(args) or [None]
+    component_rows = [r for word in words_or_all if word is None or word in REGISTRIES for r in rows(word)]
     if component_rows:
         sections.append((*COMPONENTS, component_rows))
-    option_rows = [r for word in args or [None] if word is None or word in words for r in group_rows(word)]
+    option_rows = [r for word in words_or_all if word is None or word in words for r in group_rows(word)]
     if option_rows:
         sections.append((*GROUPS, list(dict.fromkeys(option_rows))))
     if sys.stdout.isatty():
@@ -54,13 +56,13 @@ def main(args: list[str]) -> int:
     return 0
 
 
-def aligned(header: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+def aligned(header: tuple[str, ...], rows: Sequence[tuple[str, ...]]) -> list[str]:
     """The header and rows as lines of plain text, each column padded to its widest cell."""
     widths = [max(len(cell) for cell in column) for column in zip(header, *rows)]
     return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in (header, *rows)]
 
 
-def print_tables(sections: list[tuple[str, tuple[str, ...], list[tuple[str, ...]]]]) -> None:
+def print_tables(sections: Sequence[tuple[str, tuple[str, ...], Sequence[tuple[str, ...]]]]) -> None:
     from rich.console import Console
     from rich.markup import escape
     from rich.table import Table

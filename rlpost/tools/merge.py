@@ -25,7 +25,7 @@ import shutil
 import tempfile
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
@@ -187,7 +187,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
     from rlpost.tools.checkpoints import weight_files
 
     ref_folder = p.base[1] if p.base else p.inputs[0][1]
-    handles = {}
+    handles: dict[Path, dict[str, Any]] = {}
 
     def opened(folder: Path):
         if folder not in handles:
@@ -213,6 +213,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
         if s.method == "linear":
             value = merge_math.linear(models[0], models[1], s.alpha)
         else:
+            assert p.base is not None  # task_arithmetic / ties: check() requires base
             base = tensor(p.base[1], name)
             if s.method == "task_arithmetic":
                 value = merge_math.task_arithmetic(base, models, weights, s.scale)
@@ -228,6 +229,7 @@ def _merge_lora(p: Plan, tmp: Path, dtype: str | None) -> None:
 
     from rlpost.models import load_model, load_tokenizer
 
+    assert p.base is not None and p.base_model is not None and p.adapter is not None  # method=lora: resolved by check()
     base = load_model(p.base_model)
     try:
         model = PeftModel.from_pretrained(base, str(p.adapter)).merge_and_unload()

@@ -44,7 +44,7 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
     from rlpost.tools.checkpoints import is_adapter, resolve_checkpoint
 
     reward = build_reward(s.reward)
-    if s.model.source == "hf":
+    if s.model.source == "hf" and s.model.path:
         _check_hf_path(s.model.path)
     elif s.model.source == "smollm2":
         _smollm2_gguf()

@@ -33,6 +33,7 @@ def metric_names(s: SweepSummarySettings) -> list[str]:
 
     from rlpost.sweep import load_jobs
 
+    assert s.dir is not None  # check() refuses a missing dir
     jobs = load_jobs(Path(s.dir))
     logged = list(
         dict.fromkeys([*(k for job in jobs for r in job.rows for k in r), *(k for j in jobs for k in j.results)])
@@ -68,6 +69,7 @@ def run(s: SweepSummarySettings, output_dir: str, overrides: list[str]) -> int:
 
     from rlpost.sweep import write_sweep_files
 
+    assert s.dir is not None  # check() refuses a missing dir
     folder = Path(s.dir).expanduser()
     out = Path(s.out).expanduser() if s.out else folder
     files = write_sweep_files(folder, out, metric_names(s), list(s.minimize), list(s.plot_keys), s.smooth)

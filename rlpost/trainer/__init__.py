@@ -17,7 +17,7 @@ The path of one batch, top to bottom (docs/architecture.md draws it):
 
 Per-batch data lives in ``trainer.batch`` (one ``GenerationBatch``), never in parked attributes.
 Components are called through the members their kind's base class declares (no ``hasattr``).
-tests/test_trl_contract.py pins every private TRL member these seams override or read.
+tests/trainer/test_trl_contract.py pins every private TRL member these seams override or read.
 """
 
 from rlpost.trainer.core import RLPostTrainer

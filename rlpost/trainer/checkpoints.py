@@ -17,9 +17,10 @@ from transformers.trainer_utils import rotate_checkpoints
 from rlpost.checkpoints import CheckpointWriteError, load_generation_buffer, save_generation_buffer
 from rlpost.ranks import on_main, write_folder
 from rlpost.state import load_component_state, save_component_state
+from rlpost.trainer.seam_base import SeamBase
 
 
-class CheckpointSeams:
+class CheckpointSeams(SeamBase):
     """Mixin for ``RLPostTrainer(..., CheckpointSeams, GRPOTrainer)``; uses the trainer's ``run``."""
 
     # reliability: written into <out>/.tmp-checkpoint-N/ then renamed, one writer per path (rlpost/ranks.py)
@@ -27,7 +28,7 @@ class CheckpointSeams:
         root, step = super()._get_output_dir(trial=trial), self.state.global_step
 
         def write(staging: Path) -> Path:
-            self._checkpoint_staging = str(staging)
+            self._checkpoint_staging: str | None = str(staging)
             try:
                 super(CheckpointSeams, self)._save_checkpoint(model, trial)  # fills <staging>/checkpoint-N
             finally:

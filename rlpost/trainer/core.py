@@ -83,6 +83,7 @@ class RLPostTrainer(ScoringSeams, LossSeams, CorrectionSeams, RolloutSeams, Chec
             extra["rlpost_logprob"] = self._mean_rollout_logprobs(out[0], completion_ids, out[4])
             out = (*out[:5], extra, *out[6:])
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
+        assert self.batch is not None  # started by _generate_and_score_completions (scoring.py)
         self.batch.record_rollouts(prompts, completions, completion_ids, stop_ids)
         return out
 

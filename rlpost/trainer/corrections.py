@@ -16,6 +16,7 @@ import torch
 
 from rlpost.corrections.base import CorrectionInputs, masked_mean
 from rlpost.trainer.rollout_engine import RolloutEngine
+from rlpost.trainer.seam_base import SeamBase
 
 WEIGHT_KEY = "rlpost_is_weight"
 __all__ = ["WEIGHT_KEY", "CorrectionSeams", "RolloutEngine", "correction_weights", "mismatch_metrics"]
@@ -51,7 +52,7 @@ def correction_weights(
     return weights.detach()
 
 
-class CorrectionSeams:
+class CorrectionSeams(SeamBase):
     """Mixin for ``RLPostTrainer``: gathers the correction's inputs; uses ``_rollout_engine``."""
 
     def _correction_weights(self, output: dict, advantages: torch.Tensor, metrics: dict[str, float]) -> dict:

@@ -14,8 +14,8 @@ on the completion after it (causal attention), so the prompt forward runs on the
 KV cache is expanded to every row (``index_select``, differentiable) and only the completion tokens run
 per row. With ``train.packing`` (default true) even the completions' padding is not run: each prompt
 and its completions are packed into one row under a block mask (rlpost/packing.py). Positions and masks
-are those of the full forward; the numbers are the same to float rounding (tests/test_logprobs.py,
-tests/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
+are those of the full forward; the numbers are the same to float rounding (tests/unit/core/test_logprobs.py,
+tests/unit/core/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
 checkpointing) and no forward hooks on the backbone (PPO's critic head reads its output).
 """
 
@@ -29,6 +29,7 @@ from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
 from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
 from rlpost.prefix_generation import prompt_groups
+from rlpost.trainer.seam_base import SeamBase
 
 # config attributes TRL's head honours and rlpost's compact head does not implement
 SCALED_LOGITS = ("final_logit_softcapping", "logit_scale", "output_multiplier", "lm_head_multiplier", "logits_scaling")
@@ -75,7 +76,7 @@ def backbone_hidden(
     return hidden[:, -logits_to_keep - 1 : -1]
 
 
-class LogProbSeams:
+class LogProbSeams(SeamBase):
     """Routes the log-prob forward to rlpost's compact head when ``train.logprob_head`` says so."""
 
     def _compact_logprobs(self) -> bool:

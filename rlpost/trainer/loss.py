@@ -18,9 +18,10 @@ import torch
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.trainer.corrections import WEIGHT_KEY
+from rlpost.trainer.seam_base import SeamBase
 
 
-class LossSeams:
+class LossSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``safety`` and TRL state."""
 
     def _compute_loss(self, model, inputs):

@@ -20,9 +20,10 @@ import torch
 from rlpost import onednn
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
+from rlpost.trainer.seam_base import SeamBase
 
 
-class RolloutSeams:
+class RolloutSeams(SeamBase):
     """Mixin for ``RLPostTrainer(RolloutSeams, GRPOTrainer)``; uses the trainer's ``run`` and TRL state."""
 
     @torch.no_grad()

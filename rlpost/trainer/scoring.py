@@ -16,11 +16,12 @@ from accelerate.utils import gather_object
 
 from rlpost.batch import GenerationBatch
 from rlpost.pipeline import UNPREFIXED_METRICS, PipelineInputs, run_pipeline
+from rlpost.trainer.seam_base import SeamBase
 
 ROLLOUT_STATISTICS = ("entropies", "logps", "ref_logps", "token_text")  # what a component may require
 
 
-class ScoringSeams:
+class ScoringSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``batch`` and TRL state."""
 
     def _generate_and_score_completions(self, inputs):
