@@ -1,0 +1,125 @@
+"""The calculator environment: arithmetic the policy may hand to a ``<calc>`` tool (issue 18, env 1).
+
+Episode: ``reset(row)`` gives the row's prompt after a system message that explains the tool. Each
+assistant turn either calls the tool (``<calc>12*(3+4)</calc>``: every call is answered, in order, by
+one ``role="tool"`` observation, ``<result>84</result>`` or ``<error>...</error>``) or gives its final
+answer, which ends the episode with reward 1.0 when the last number of that turn equals the row's
+``answer`` (to 1e-6 relative), else 0.0. The trainer ends an episode at ``max_turns`` (reward 0.0,
+no final answer).
+
+The tool is not Python: ``evaluate`` walks the expression's syntax tree and allows numbers, + - * /
+// % **, unary signs and parentheses, nothing else (no names, calls or attributes), so model-written
+text never runs as code and needs no jail. Limits where the issue is silent (config fields): an
+expression of at most ``max_chars`` characters, exponents of at most ``max_exponent``, and results of at
+most ``max_digits`` digits, so no call can hang or exhaust memory.
+"""
+
+from __future__ import annotations
+
+import ast
+import math
+import operator
+from dataclasses import dataclass
+from typing import Annotated, Any
+
+from rlpost.envs.base import Environment, Message, StepResult
+from rlpost.envs.tags import error_tag, find_calls, result_tag
+from rlpost.rewards.math_answer import gold_number, last_number
+from rlpost.schema import Range
+
+SYSTEM = (
+    "You can use a calculator. Write <calc>expression</calc> (numbers, + - * / // % ** and parentheses) "
+    "and you will get <result>value</result>. When you know the answer, reply with it and no <calc> tag."
+)
+_BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
+           ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}  # fmt: skip
+
+
+class CalcError(ValueError):
+    """An expression the calculator refuses or cannot evaluate; its message becomes the observation."""
+
+
+@dataclass(frozen=True)
+class CalculatorLimits:
+    max_chars: Annotated[int, Range(ge=1)] = 200
+    max_exponent: Annotated[int, Range(ge=0)] = 64
+    max_digits: Annotated[int, Range(ge=1)] = 40
+
+
+def evaluate(expression: str, limits: CalculatorLimits = CalculatorLimits()) -> int | float:
+    """The value of an arithmetic ``expression``; CalcError with a short reason otherwise."""
+    if len(expression) > limits.max_chars:
+        raise CalcError(f"expression longer than {limits.max_chars} characters")
+    try:
+        tree = ast.parse(expression.replace("^", "**"), mode="eval")
+    except SyntaxError:
+        raise CalcError(f"not an arithmetic expression: {expression!r}") from None
+
+    def value(node: ast.AST) -> int | float:
+        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float)) and not isinstance(node.value, bool):
+            return node.value
+        if isinstance(node, ast.UnaryOp) and isinstance(node.op, (ast.UAdd, ast.USub)):
+            return -value(node.operand) if isinstance(node.op, ast.USub) else value(node.operand)
+        if isinstance(node, ast.BinOp) and type(node.op) in _BINARY:
+            left, right = value(node.left), value(node.right)
+            if isinstance(node.op, ast.Pow) and abs(right) > limits.max_exponent:
+                raise CalcError(f"exponent {right} is larger than {limits.max_exponent}")
+            try:
+                out = _BINARY[type(node.op)](left, right)
+            except ZeroDivisionError:
+                raise CalcError("division by zero") from None
+            except OverflowError:
+                raise CalcError("result too large") from None
+            if isinstance(out, complex):
+                raise CalcError("complex result")
+            if isinstance(out, float) and not math.isfinite(out) or abs(out) >= 10**limits.max_digits:
+                raise CalcError(f"result has more than {limits.max_digits} digits")
+            return out
+        raise CalcError(f"only numbers and + - * / // % ** are allowed, not {type(node).__name__}")
+
+    return value(tree.body)
+
+
+def format_value(x: int | float) -> str:
+    """An exact integer as such, a float to 10 significant digits (``7.0`` -> ``7``)."""
+    if isinstance(x, float) and x.is_integer() and abs(x) < 1e15:
+        return str(int(x))
+    return str(x) if isinstance(x, int) else f"{x:.10g}"
+
+
+class Calculator(Environment):
+    """Arithmetic with a ``<calc>`` tool; reward 1.0 for a correct final answer (module docstring)."""
+
+    def __init__(self, limits: CalculatorLimits = CalculatorLimits(), tag: str = "calc"):
+        self.limits, self.tag = limits, tag
+        self.gold: float | None = None
+
+    def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
+        self.gold = gold_number(row.get("answer"))
+        prompt = row["prompt"]
+        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+        return [{"role": "system", "content": SYSTEM}, *messages]
+
+    def step(self, message: str) -> StepResult:
+        calls = find_calls(message, [self.tag])
+        if not calls:  # the final answer
+            answer = last_number(message)
+            correct = answer is not None and self.gold is not None and math.isclose(answer, self.gold, rel_tol=1e-6)
+            return StepResult(reward=1.0 if correct else 0.0, done=True, info={"tool_calls": 0, "tool_errors": 0})
+        observations, errors = [], 0
+        for call in calls:
+            try:
+                if call.error:
+                    raise CalcError(call.error)
+                text = result_tag(format_value(evaluate(call.argument, self.limits)))
+            except CalcError as err:
+                errors += 1
+                text = error_tag(str(err))
+            observations.append({"role": "tool", "content": text})
+        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
+
+    def describe(self) -> str:
+        return (
+            f"calculator: the policy may call <{self.tag}>expression</{self.tag}> and gets <result> back as a tool "
+            "message; a turn without a call is the final answer, rewarded 1.0 if it equals the row's answer"
+        )
