@@ -18,6 +18,13 @@ episode slot is enough and nothing leaks between episodes; its randomness comes 
 given to ``reset`` (the trainer derives it from the run seed, step and slot), so a resumed run
 replays the same episodes without checkpointing a generator.
 
+Where it will sit (decided, not built): ``data/env=<name>`` beside ``data/transform``, not a sixth
+top-level group. An environment is a property of the task: it starts from a data row and defines what an
+episode of that row is, and the same data with another environment is another task; the episode's
+reward reaches the run through the reward group (a reward term that reads what the environment
+returned), so ``reward.combine`` and whitening apply as for any term; and the algorithm group stays
+about the update (advantages default to trajectory-level GRPO over the G episodes of a row).
+
 Status: the contract, the tag protocol (tags.py), the calculator (calculator.py) and the episode mask
 (episode.py) exist with tests; the trainer's episode loop, the ``env`` config group and the other
 bundled environments do not yet (issue 18 stays open).
