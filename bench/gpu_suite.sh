@@ -6,8 +6,8 @@
 #   2. bench/step_time.py --hardware gpu: rlpost against plain TRL on a SmolLM2-shaped model (30 layers,
 #      hidden 576; random weights: the SmolLM2 GGUF wheel is 98 MB, over what travels to the device)
 #   3. vLLM colocated rollouts (bench/gpu_smoke.sh) when vllm is importable; skipped with a line otherwise
-# Where the machine lacks packages (trl, hydra, datasets, ...), carry them as wheels in .whl/ (see
-# bench/README.md, "GPU suite") and SmolLM2's tokenizer folder in .gpu-cache/; both are installed here.
+# Where the machine lacks packages (trl, hydra, datasets, ...), `bash bench/gpu_prepare.sh` (run beforehand, here)
+# puts them as wheels in .whl/ and the SmolLM2 tokenizer in .gpu-cache/; carry both; they are installed here.
 # Everything is logged to $OUT/suite.log; tables to $OUT/gpu_step_time.md.
 set -uo pipefail
 OUT=${OUT:-outputs/gpu_suite}
