@@ -101,8 +101,8 @@ class Pared(Reward):
     def read_demos(cfg: Config) -> list[str]:
         from rlpost.schema import resolve_data_path
 
+        assert cfg.demos_path is not None  # __init__ reads demos only when demos_path is set
         try:
-            assert cfg.demos_path is not None  # required: Pared.Config.__post_init__
             with open(resolve_data_path(cfg.demos_path), encoding="utf-8") as handle:
                 demos = [str(json.loads(line)[cfg.demo_field]) for line in handle if line.strip()]
         except (OSError, ValueError, KeyError, TypeError) as err:

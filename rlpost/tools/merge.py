@@ -213,7 +213,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
         if s.method == "linear":
             value = merge_math.linear(models[0], models[1], s.alpha)
         else:
-            assert p.base is not None  # task_arithmetic / ties: check() requires base
+            assert p.base is not None  # task_arithmetic / ties: plan() requires base
             base = tensor(p.base[1], name)
             if s.method == "task_arithmetic":
                 value = merge_math.task_arithmetic(base, models, weights, s.scale)
@@ -229,7 +229,7 @@ def _merge_lora(p: Plan, tmp: Path, dtype: str | None) -> None:
 
     from rlpost.models import load_model, load_tokenizer
 
-    assert p.base is not None and p.base_model is not None and p.adapter is not None  # method=lora: resolved by check()
+    assert p.base is not None and p.base_model is not None and p.adapter is not None  # method=lora: set by _plan_lora()
     base = load_model(p.base_model)
     try:
         model = PeftModel.from_pretrained(base, str(p.adapter)).merge_and_unload()

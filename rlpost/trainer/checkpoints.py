@@ -23,12 +23,14 @@ from rlpost.trainer.seam_base import SeamBase
 class CheckpointSeams(SeamBase):
     """Mixin for ``RLPostTrainer(..., CheckpointSeams, GRPOTrainer)``; uses the trainer's ``run``."""
 
+    _checkpoint_staging: str | None = None  # set while TRL's own save writes into the staging folder
+
     # reliability: written into <out>/.tmp-checkpoint-N/ then renamed, one writer per path (rlpost/ranks.py)
     def _save_checkpoint(self, model, trial):
         root, step = super()._get_output_dir(trial=trial), self.state.global_step
 
         def write(staging: Path) -> Path:
-            self._checkpoint_staging: str | None = str(staging)
+            self._checkpoint_staging = str(staging)
             try:
                 super(CheckpointSeams, self)._save_checkpoint(model, trial)  # fills <staging>/checkpoint-N
             finally:
@@ -46,7 +48,7 @@ class CheckpointSeams(SeamBase):
             raise CheckpointWriteError(step, root, err) from err
 
     def _get_output_dir(self, trial):
-        staging = getattr(self, "_checkpoint_staging", None)
+        staging = self._checkpoint_staging
         return staging if staging is not None else super()._get_output_dir(trial=trial)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
