@@ -32,6 +32,7 @@ bundled environments do not yet (issue 18 stays open).
 
 from __future__ import annotations
 
+from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
@@ -59,16 +60,16 @@ class StepResult:
     info: dict[str, Any] = field(default_factory=dict)  # e.g. {"tool_calls": 1, "tool_errors": 0}
 
 
-class Environment:
+class Environment(ABC):
     """Base of every environment: ``reset`` starts an episode from a data row, ``step`` answers a turn."""
 
+    @abstractmethod
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         """The episode's first messages for data row ``row`` (its ``prompt`` column and the rest)."""
-        raise NotImplementedError
 
+    @abstractmethod
     def step(self, message: str) -> StepResult:
         """React to one assistant message (its text); the episode ends when ``done`` is true."""
-        raise NotImplementedError
 
     def describe(self) -> str:
         """One line for ``rlpost show``: who speaks, when rewards arrive."""
