@@ -16,6 +16,7 @@ from rlpost.schema import build_config
 
 # the "keyword" endpoint says Yes iff the criterion's last word ("good") is in the text after "Response: ",
 # i.e. iff Response A contains "good": s(A, B) = 1[good in A]
+CONF = REPO / "conf" / "reward"
 KEYWORD = "Task: {question}\n\nResponse: {response_a}\n\nCriterion: the response says good\n\nOther: {response_b}\n{answer_format}"
 
 
@@ -97,8 +98,6 @@ def test_rank_judge_anchor_by_hand(server):  # noqa: F811
 def test_default_conf_runs_the_local_smollm2_judge():
     # the conf file's judge (local SmolLM2-135M-Instruct, yes/no): real forward passes, swapped orders
     import yaml
-
-    CONF = REPO / "conf" / "reward"
 
     node = yaml.safe_load((CONF / "pairwise_preference.yaml").read_text())
     (reward,), _, _ = build_reward_terms(node["terms"])
@@ -195,8 +194,6 @@ def test_dynamic_rubric_writer_down_uses_default_items(server):  # noqa: F811
 @pytest.mark.slow
 def test_dynamic_rubric_conf_with_local_smollm2():
     import yaml
-
-    CONF = REPO / "conf" / "reward"
 
     node = yaml.safe_load((CONF / "dynamic_rubric.yaml").read_text())
     (reward,), _, _ = build_reward_terms(node["terms"])
