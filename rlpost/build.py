@@ -23,6 +23,7 @@ from rlpost.combine.base import COMBINERS
 from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
 from rlpost.data import DataConfig, reasoning_gym_tasks
+from rlpost.envs.base import build_env
 from rlpost.errors import ConfigError
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
@@ -148,6 +149,8 @@ def build_run(cfg: Any) -> BuiltRun:
         hardware=hardware,
         plan=plan_batch(settings.train, hardware.num_processes),
     )
+    env = build_env(data.env)  # data.env: the episode's environment (None: single-turn completions)
+    run.env = env if env.active else None
     check_run(run)
     check_sources(run)
     return run

@@ -26,6 +26,12 @@ import rlpost.corrections.mis  # noqa: F401
 import rlpost.corrections.none  # noqa: F401
 import rlpost.corrections.tis  # noqa: F401
 
+# environments (data/env)
+import rlpost.envs.calculator  # noqa: F401
+import rlpost.envs.callable  # noqa: F401
+import rlpost.envs.gym  # noqa: F401
+import rlpost.envs.none  # noqa: F401
+
 # gradient transforms
 import rlpost.grad.direction_monitor  # noqa: F401
 import rlpost.grad.trusted_projection  # noqa: F401
@@ -54,6 +60,7 @@ import rlpost.rewards.code_exec  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.dynamic_rubric  # noqa: F401
+import rlpost.rewards.env  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.few_shot_gain  # noqa: F401
 import rlpost.rewards.format  # noqa: F401

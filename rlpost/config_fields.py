@@ -28,6 +28,7 @@ from rlpost.combine.base import COMBINERS
 from rlpost.config import HardwareConfig, OverlongSettings, RunSettings
 from rlpost.corrections.base import CORRECTIONS
 from rlpost.data import DataConfig
+from rlpost.envs.base import ENVS
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.judges.base import JUDGES
 from rlpost.losses.base import LOSSES
@@ -69,6 +70,7 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
     ("reward.combine", "reward/combine", COMBINERS),
     ("reward.terms[i].params", "reward.terms[i].name", REWARDS),
     ("data.transform", "data/transform", TRANSFORMS),
+    ("data.env", "data/env", ENVS),
     # a judge node of a reward or rollout: reward.terms[i].params.judge, algorithm.rollout.judge
     ("reward.terms[i].params.judge", "judge.backend", JUDGES),
 ]

@@ -66,6 +66,7 @@ class DataConfig:
     transform: dict[str, Any] = field(
         default_factory=lambda: {"name": "none"}
     )  # conf/data/transform/ (rlpost/transforms/)
+    env: dict[str, Any] = field(default_factory=lambda: {"name": "none"})  # conf/data/env/ (rlpost/envs/)
 
     def __post_init__(self):
         if self.source == "reasoning_gym":
@@ -82,7 +83,7 @@ class DataConfig:
             raise ValueError("data.template is empty")
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError(f"data.max_prompt_chars must be >= 1 or null, got {self.max_prompt_chars}")
-        # data.transform is built and checked by build_run (rlpost/build.py), not here
+        # data.transform and data.env are built and checked by build_run (rlpost/build.py), not here
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:

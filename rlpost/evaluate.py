@@ -22,6 +22,9 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+from rlpost.envs.base import Environment
+from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
 Combine = Callable[[torch.Tensor, int], tuple[torch.Tensor, dict[str, float]]]
 
@@ -42,27 +45,36 @@ def evaluate(
     size: int | None = None,
     group_by: str | None = None,
     show_progress: bool = True,
+    env: Environment | None = None,
 ) -> dict[str, float]:
-    """Accuracy (first reward term), per-term means, weighted reward and mean completion length."""
+    """Accuracy (first reward term), per-term means, weighted reward and mean completion length; with ``env``
+    each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote, and the
+    environment's counts are reported per episode (``eval/env/*``)."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
-    completions, lengths = [], []
+    completions, lengths, episodes = [], [], []
     with Progress(transient=True, disable=not show_progress) as progress:
         task = progress.add_task("eval", total=len(rows))
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
-            texts, n_tokens = _generate(
-                model, tokenizer, [r["prompt"] for r in chunk], max_new_tokens, greedy, temperature
-            )
-            completions += texts
-            lengths += n_tokens
+            if env is not None:
+                episodes += _episodes(model, tokenizer, env, chunk, start, max_new_tokens, greedy, temperature)
+            else:
+                texts, n_tokens = _generate(
+                    model, tokenizer, [r["prompt"] for r in chunk], max_new_tokens, greedy, temperature
+                )
+                completions += texts
+                lengths += n_tokens
             progress.advance(task, len(chunk))
     model.train(was_training)
 
     conversational = isinstance(rows[0]["prompt"], list)
     wrapped = [[{"role": "assistant", "content": c}] if conversational else c for c in completions]
     columns = {k: [r[k] for r in rows] for k in rows[0] if k not in ("prompt", "completion")}
+    if env is not None:
+        wrapped, lengths = [r.messages for r in episodes], [r.episode.trained_tokens for r in episodes]
+        columns.update({k: v for k, v in episode_fields(episodes).items() if k != "env_mask"})
     scores = torch.zeros(len(rows), len(reward_funcs))
     for j, func in enumerate(reward_funcs):
         values = func(prompts=[r["prompt"] for r in rows], completions=wrapped, completion_ids=None, **columns)
@@ -74,7 +86,56 @@ def evaluate(
     result["eval/num_prompts"] = len(rows)
     if group_by is not None:
         result.update(_accuracy_by(scores[:, 0], [r.get(group_by) for r in rows]))
+    if env is not None:
+        result.update(episode_eval_metrics(episodes))
     return result
+
+
+def episode_eval_metrics(episodes: list[EpisodeResult]) -> dict[str, float]:
+    """Per-episode means of the environment's counts, the share of episodes that called a tool, and the
+    share of tool calls that were valid (answered with a result, not an error)."""
+    sums = episode_metrics(episodes)
+    n = max(sums.pop("episodes"), 1.0)
+    out = {f"eval/env/{name}": value / n for name, value in sums.items()}
+    out["eval/env/tool_use"] = sum(r.tool_calls > 0 for r in episodes) / n
+    calls = sums["tool_calls"]
+    out["eval/env/valid_call_rate"] = (calls - sums["tool_errors"]) / calls if calls else 0.0
+    return out
+
+
+def _episodes(model, tokenizer, env: Environment, rows: list[dict], first: int, max_new_tokens: int, greedy: bool,
+              temperature: float) -> list[EpisodeResult]:  # fmt: skip
+    """One episode per row; each turn one batched ``generate`` of the running episodes (seeds: the row index)."""
+    stop_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
+
+    def turns(prompt_ids: list[list[int]]):
+        return _generate_ids(model, tokenizer, prompt_ids, max_new_tokens, greedy, temperature), None
+
+    seeds = [first + i for i in range(len(rows))]
+    return run_episodes(env, rows, seeds, ChatRenderer(tokenizer), turns, stop_ids)
+
+
+def _generate_ids(
+    model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, greedy: bool, temperature: float
+) -> list[list[int]]:
+    """Left-padded batch generation from token ids; each completion cut after its first EOS."""
+    pad = tokenizer.pad_token_id
+    width = max(len(p) for p in prompt_ids)
+    ids = torch.full((len(prompt_ids), width), pad, dtype=torch.long)
+    mask = torch.zeros_like(ids)
+    for i, p in enumerate(prompt_ids):
+        ids[i, width - len(p) :] = torch.tensor(p)
+        mask[i, width - len(p) :] = 1
+    sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
+    out = model.generate(
+        input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
+        pad_token_id=pad, **sampling,
+    )  # fmt: skip
+    completions = []
+    for row in out[:, width:].tolist():
+        cut = next((i + 1 for i, t in enumerate(row) if t == tokenizer.eos_token_id), len(row))
+        completions.append(row[:cut])
+    return completions
 
 
 def _accuracy_by(accuracy: torch.Tensor, keys: list) -> dict[str, float]:

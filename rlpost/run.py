@@ -80,6 +80,7 @@ class BuiltRun:
     algorithm: AlgorithmParts
     hardware: HardwareConfig
     plan: BatchPlan
+    env: Any = None  # data/env: an rlpost.envs.base.Environment (one per episode is made from it); None: no episodes
 
     def named_components(self) -> list[tuple[str, Component]]:
         """Every built component with its config path (state saving, ``requires``, ``check_run``, ``sampler``)."""
@@ -94,6 +95,8 @@ class BuiltRun:
             named.append(("algorithm.safety", algo.safety))
         named.append(("reward.combine", self.reward.combine))
         named += [(f"reward.terms.{name}", func) for name, func in zip(self.reward.names, self.reward.funcs)]
+        if self.env is not None:
+            named.append(("data.env", self.env))
         return named
 
     def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:

@@ -151,6 +151,7 @@ def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> d
         size=settings.eval.size,
         group_by=settings.eval.group_by,
         show_progress=settings.logging.progress,
+        env=run.env,  # data/env: each held-out prompt is one episode
     )
 
 

@@ -1,53 +1,44 @@
-"""The environment contract: an environment owns one episode (issue 18).
+"""The environment contract, its base class and registry (issue 18): an environment owns one episode.
 
-    messages = env.reset(row)                     # the first messages (system / user), from a data row
+    messages = env.reset(row, seed)               # the first messages (system / user), from a data row
     while not done:
         assistant = policy(messages)              # one assistant turn, sampled by the trainer
         result = env.step(assistant)              # observations, an optional per-turn reward, done, info
         messages += [assistant, *result.observations]
 
 A group is G episodes from the same row. Only the assistant's tokens are trained (episode.py builds the
-mask); observations and the environment's messages are context. The episode ends when ``step`` says
-``done``, after ``max_turns`` assistant turns, or when the episode's tokens reach ``max_total_tokens``
-(the trainer counts them; the environment never sees token ids).
+mask, runner.py drives the loop); observations and the environment's messages are context. The episode
+ends when ``step`` says ``done``, after ``max_turns`` assistant turns, or when the episode's tokens would
+pass ``max_total_tokens`` (the runner counts them; the environment never sees token ids).
+
+Where it sits: ``data/env=<name>`` beside ``data/transform``, not a sixth top-level group. An
+environment is a property of the task: it starts from a data row and defines what an episode of that
+row is, and the same data with another environment is another task. The episode's reward reaches the
+run through the reward group (``reward=env``: a term that reads what the environment returned), so
+``reward.combine``, whitening and ``reward.on_failure`` apply as for any term; the algorithm group stays
+about the update (advantages default to trajectory-level GRPO over the G episodes of a row).
 
 Choices where the issue is silent: messages are TRL's conversational dicts (``{"role", "content"}``);
 observations come back as ``role="tool"`` for a tool's output and ``role="user"`` for a simulated user;
-an environment is stateful for one episode and is made fresh (``reset``) for each, so one object per
-episode slot is enough and nothing leaks between episodes; its randomness comes from the ``seed``
-given to ``reset`` (the trainer derives it from the run seed, step and slot), so a resumed run
-replays the same episodes without checkpointing a generator.
-
-Where it will sit (decided, not built): ``data/env=<name>`` beside ``data/transform``, not a sixth
-top-level group. An environment is a property of the task: it starts from a data row and defines what an
-episode of that row is, and the same data with another environment is another task; the episode's
-reward reaches the run through the reward group (a reward term that reads what the environment
-returned), so ``reward.combine`` and whitening apply as for any term; and the algorithm group stays
-about the update (advantages default to trajectory-level GRPO over the G episodes of a row).
-
-Status: the contract, the tag protocol (tags.py), the calculator (calculator.py) and the episode mask
-(episode.py) exist with tests; the trainer's episode loop, the ``env`` config group and the other
-bundled environments do not yet (issue 18 stays open).
+the runner makes a fresh environment (``type(env)(env.cfg)``) for every episode, so nothing leaks
+between episodes; its randomness comes from the ``seed`` given to ``reset``, derived from the run seed,
+the step and the group (the G episodes of a row share it, so they share their start), so a resumed run
+replays the same episodes: the environment's random state is a function of (seed, step, group), which is
+what a checkpoint would have to restore.
 """
 
 from __future__ import annotations
 
-from abc import ABC, abstractmethod
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from rlpost.schema import Range
+from rlpost.component import Component
+from rlpost.errors import ConfigError
+from rlpost.registry import Registry
+from rlpost.schema import Range, build_config, check_paths, to_container
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant" | "tool", "content": str}
-
-
-@dataclass(frozen=True)
-class EpisodeSettings:
-    """Limits of every episode, whatever the environment."""
-
-    max_turns: Annotated[int, Range(ge=1)] = 4  # assistant turns per episode
-    max_total_tokens: Annotated[int, Range(ge=1)] = 1024  # prompt + every turn + observations
-    step_timeout_s: Annotated[float, Range(gt=0)] = 10.0  # one env.step (a tool call, a user reply)
 
 
 @dataclass
@@ -55,22 +46,102 @@ class StepResult:
     """What ``Environment.step`` returns for one assistant message."""
 
     observations: list[Message] = field(default_factory=list)  # appended after the assistant's turn
-    reward: float | None = None  # a per-turn reward, or None (the episode's reward arrives at the end)
+    reward: float | None = None  # a per-turn reward, or None (nothing this turn)
     done: bool = False
-    info: dict[str, Any] = field(default_factory=dict)  # e.g. {"tool_calls": 1, "tool_errors": 0}
+    info: dict[str, Any] = field(default_factory=dict)  # counted keys: tool_calls, tool_errors
 
 
-class Environment(ABC):
-    """Base of every environment: ``reset`` starts an episode from a data row, ``step`` answers a turn."""
+class Environment(Component):
+    """Base of every environment: ``reset`` starts an episode from a data row, ``step`` answers a turn.
 
-    @abstractmethod
+    Optional members (``check_run``, ``describe``, ...): ``Component``. ``runs_code`` is True for an
+    environment that executes model-written programs (it then needs a jail, or an explicit opt-in).
+    """
+
+    @dataclass(frozen=True)
+    class Config:
+        """The episode limits every environment has (a subclass's Config extends this one)."""
+
+        max_turns: Annotated[int, Range(ge=1)] = 4  # assistant turns per episode
+        max_total_tokens: Annotated[int, Range(ge=2)] = 1024  # prompt + every turn + observations
+        step_timeout_s: Annotated[float, Range(gt=0)] = 10.0  # one env.step (a tool call, a user reply)
+
+    runs_code: bool = False
+
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         """The episode's first messages for data row ``row`` (its ``prompt`` column and the rest)."""
+        raise NotImplementedError
 
-    @abstractmethod
     def step(self, message: str) -> StepResult:
         """React to one assistant message (its text); the episode ends when ``done`` is true."""
+        raise NotImplementedError
 
-    def describe(self) -> str:
-        """One line for ``rlpost show``: who speaks, when rewards arrive."""
-        return type(self).__name__
+    def check_run(self, run: Any) -> None:
+        """Refuse what episodes cannot be combined with, saying why (a subclass extends it with super())."""
+        where, algo = f"data/env={self.registry_name}", run.algorithm
+        if "env" not in [type(func).registry_name for func in run.reward.funcs]:
+            raise ConfigError(
+                f"{where} returns each episode's reward through the reward term env, which reward.terms lacks "
+                f"({', '.join(run.reward.names)}); use reward=env, or add a term with name env."
+            )
+        refusals = {
+            "algorithm/rollout": (
+                type(algo.rollout).registry_name != "none",
+                "a rollout strategy builds single completions around TRL's generation, while an episode is "
+                "generated turn by turn by the environment loop",
+            ),
+            "algorithm/correction": (
+                algo.correction.cfg.rollout_precision is not None or algo.correction.peer is not None,
+                "its rollout copy or peer model samples whole completions, not the turns of an episode",
+            ),
+            "algorithm.critic (PPO)": (
+                algo.critic is not None,
+                "GAE runs over consecutive completion tokens, and an episode interleaves untrained observation "
+                "tokens, so returns would flow through text the policy never wrote",
+            ),
+            "algorithm.replay (REGEN)": (algo.offline is not None, "replayed rollouts carry no episodes"),
+            "algorithm.overlong.soft_penalty": (
+                algo.overlong.soft_penalty,
+                "it reads the completion length against train.max_completion_length, which caps one turn, "
+                "not an episode (use data.env.max_total_tokens)",
+            ),
+        }
+        for key, (refused, why) in refusals.items():
+            if refused:
+                raise ConfigError(f"{where} cannot be combined with {key}: {why}.")
+
+    def fresh(self) -> Environment:
+        """A new environment of this kind and config: one per episode."""
+        return type(self)(self.cfg)
+
+    @property
+    def active(self) -> bool:
+        """False only for ``none`` (single-turn completions, no episode loop)."""
+        return True
+
+
+def row_messages(row: dict[str, Any]) -> list[Message]:
+    """A data row's prompt as chat messages (a string prompt becomes one user message)."""
+    prompt = row.get("prompt", "")
+    return [dict(m) for m in prompt] if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
+
+
+ENVS: Registry[Environment] = Registry("environment", Environment)
+
+
+def build_env(node: Mapping[str, Any] | None, where: str = "data.env") -> Environment:
+    """``{name: <registered environment>, ...its Config}`` -> the environment (ConfigError naming ``where``).
+
+    The caller has imported ``rlpost.components`` (which registers every environment), as for transforms."""
+    node = dict(to_container(node) or {"name": "none"})
+    name = node.pop("name", "none")
+    try:
+        cls = ENVS.get(name)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.name: {err}") from None
+    try:
+        cfg = build_config(cls.Config, node, where)
+    except ConfigError as err:
+        raise ConfigError(f"{err} ({where}.name={name})") from None
+    check_paths(cfg, where)
+    return cls(cfg)

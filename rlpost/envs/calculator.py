@@ -4,8 +4,8 @@ Episode: ``reset(row)`` gives the row's prompt after a system message that expla
 assistant turn either calls the tool (``<calc>12*(3+4)</calc>``: every call is answered, in order, by
 one ``role="tool"`` observation, ``<result>84</result>`` or ``<error>...</error>``) or gives its final
 answer, which ends the episode with reward 1.0 when the last number of that turn equals the row's
-``answer`` (to 1e-6 relative), else 0.0. The trainer ends an episode at ``max_turns`` (reward 0.0,
-no final answer).
+``answer`` (to 1e-6 relative), else 0.0. The runner ends an episode at ``max_turns`` (reward 0.0,
+no final answer). The tool explanation joins the row's system message, or becomes one.
 
 The tool is not Python: ``evaluate`` walks the expression's syntax tree and allows numbers, + - * /
 // % **, unary signs and parentheses, nothing else (no names, calls or attributes), so model-written
@@ -22,10 +22,11 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from rlpost.envs.base import Environment, Message, StepResult
+from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.envs.tags import error_tag, find_calls, result_tag
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.schema import Range
+from rlpost.transforms.base import add_note
 
 SYSTEM = (
     "You can use a calculator. Write <calc>expression</calc> (numbers, + - * / // % ** and parentheses) "
@@ -40,13 +41,16 @@ class CalcError(ValueError):
 
 
 @dataclass(frozen=True)
-class CalculatorLimits:
-    max_chars: Annotated[int, Range(ge=1)] = 200
-    max_exponent: Annotated[int, Range(ge=0)] = 64
-    max_digits: Annotated[int, Range(ge=1)] = 40
+class CalculatorConfig(Environment.Config):
+    """The episode limits, the tool's limits and its tag."""
+
+    max_chars: Annotated[int, Range(ge=1)] = 200  # longest expression
+    max_exponent: Annotated[int, Range(ge=0)] = 64  # largest |exponent| of **
+    max_digits: Annotated[int, Range(ge=1)] = 40  # largest result, in digits
+    tag: str = "calc"  # the tool-call tag: <calc>expression</calc>
 
 
-def evaluate(expression: str, limits: CalculatorLimits = CalculatorLimits()) -> int | float:
+def evaluate(expression: str, limits: CalculatorConfig = CalculatorConfig()) -> int | float:
     """The value of an arithmetic ``expression``; CalcError with a short reason otherwise."""
     if len(expression) > limits.max_chars:
         raise CalcError(f"expression longer than {limits.max_chars} characters")
@@ -87,21 +91,25 @@ def format_value(x: int | float) -> str:
     return str(x) if isinstance(x, int) else f"{x:.10g}"
 
 
+@ENVS.register("calculator")
 class Calculator(Environment):
-    """Arithmetic with a ``<calc>`` tool; reward 1.0 for a correct final answer (module docstring)."""
+    """Arithmetic with a <calc> tool (tag protocol); reward 1.0 for a correct final answer."""
 
-    def __init__(self, limits: CalculatorLimits = CalculatorLimits(), tag: str = "calc"):
-        self.limits, self.tag = limits, tag
+    Config = CalculatorConfig
+    cfg: CalculatorConfig
+
+    def __init__(self, cfg: CalculatorConfig):
+        super().__init__(cfg)
         self.gold: float | None = None
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         self.gold = gold_number(row.get("answer"))
-        prompt = row["prompt"]
-        messages = list(prompt) if isinstance(prompt, list) else [{"role": "user", "content": str(prompt)}]
-        return [{"role": "system", "content": SYSTEM}, *messages]
+        messages = row_messages(row)
+        system = SYSTEM.replace("calc>", f"{self.cfg.tag}>")
+        return add_note(messages, system, "system")
 
     def step(self, message: str) -> StepResult:
-        calls = find_calls(message, [self.tag])
+        calls = find_calls(message, [self.cfg.tag])
         if not calls:  # the final answer
             answer = last_number(message)
             correct = answer is not None and self.gold is not None and math.isclose(answer, self.gold, rel_tol=1e-6)
@@ -111,7 +119,7 @@ class Calculator(Environment):
             try:
                 if call.error:
                     raise CalcError(call.error)
-                text = result_tag(format_value(evaluate(call.argument, self.limits)))
+                text = result_tag(format_value(evaluate(call.argument, self.cfg)))
             except CalcError as err:
                 errors += 1
                 text = error_tag(str(err))
@@ -119,7 +127,9 @@ class Calculator(Environment):
         return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
 
     def describe(self) -> str:
+        tag = self.cfg.tag
         return (
-            f"calculator: the policy may call <{self.tag}>expression</{self.tag}> and gets <result> back as a tool "
-            "message; a turn without a call is the final answer, rewarded 1.0 if it equals the row's answer"
+            f"calculator: the policy may write <{tag}>expression</{tag}> and gets <result>value</result> back as a "
+            "tool message; a turn without a call is the final answer, rewarded 1.0 at the end if it equals the "
+            "row's answer, else 0.0"
         )

@@ -23,12 +23,16 @@ class Episode:
     prompt_ids: list[int]
     completion_ids: list[int] = field(default_factory=list)
     completion_mask: list[int] = field(default_factory=list)
-    turns: int = 0
+    spans: list[tuple[int, int]] = field(default_factory=list)  # [start, end) of each policy turn in completion_ids
 
     def add_policy_turn(self, ids: list[int]) -> None:
+        self.spans.append((len(self.completion_ids), len(self.completion_ids) + len(ids)))
         self.completion_ids += ids
         self.completion_mask += [1] * len(ids)
-        self.turns += 1
+
+    @property
+    def turns(self) -> int:
+        return len(self.spans)
 
     def add_observation(self, ids: list[int]) -> None:
         self.completion_ids += ids

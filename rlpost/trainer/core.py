@@ -1,7 +1,8 @@
 """RLPostTrainer: the class, its construction, and the seams that track one generation batch.
 
 Seam 0 ``_get_train_sampler``: a component's ``sampler`` picks which prompts share a batch.
-Seam 1 ``_generate``: the rollout strategy produces the groups (rollouts.py); each rollout's true
+Seam 1 ``_generate``: the rollout strategy produces the groups (rollouts.py), or the environment's
+episodes (``data/env``: TRL's ``rollout_func``, episodes.py); each rollout's true
 length and truncation go into the batch state (pad == EOS on many chat models, so lengths cannot be
 read back from the padded ids). Seam 2 ``_calculate_rewards``: the gathered reward matrix [N, R] is
 kept. Seams 3-8 live in the sibling modules (see rlpost/trainer/__init__.py).
@@ -21,6 +22,7 @@ from rlpost.reward_guard import guard_rewards, take_failure_counts
 from rlpost.run import BuiltRun
 from rlpost.trainer.checkpoints import CheckpointSeams
 from rlpost.trainer.corrections import CorrectionSeams
+from rlpost.trainer.episodes import EpisodeRollouts
 from rlpost.trainer.logprobs import LogProbSeams
 from rlpost.trainer.loss import LossSeams
 from rlpost.trainer.rollout_engine import RolloutEngine
@@ -44,6 +46,8 @@ class RLPostTrainer(ScoringSeams, LossSeams, CorrectionSeams, RolloutSeams, Chec
         self.sample_sink = sample_sink
         self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/replay.py)
         self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/batch.py)
+        if run.env is not None:  # data/env: episodes through TRL's rollout_func seam (rlpost/trainer/episodes.py)
+            kwargs["rollout_func"] = EpisodeRollouts(run.env)
         super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
         self._onednn = self._route_matmuls()  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/onednn.py)
         correction = run.algorithm.correction  # a rollout copy / peer model when the correction asks for one
@@ -76,6 +80,10 @@ class RLPostTrainer(ScoringSeams, LossSeams, CorrectionSeams, RolloutSeams, Chec
     def _generate(self, prompts: list):
         out = self._rollout_strategy(prompts)  # algorithm/rollout wraps TRL's generation (rollouts.py)
         completion_ids, completions = out[1], out[3]
+        if self.run.env is not None:  # an episode: its first messages, then its turns and observations as messages
+            completions = [list(messages) for messages in out[5]["rlpost_env_messages"]]
+            out = (*out[:3], completions, *out[4:])
+            prompts = list(out[5]["rlpost_env_start"])
         if any("logprob" in func.rollout_fields for func in self.run.reward.funcs):
             # rewards that read generation confidence get the column rlpost_logprob (TRL merges extra_fields
             # into the reward inputs): each completion's mean token log-prob under the rollout policy

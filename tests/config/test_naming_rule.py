@@ -31,6 +31,7 @@ from rlpost.advantages.base import ADVANTAGES, Advantage
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.component import Component
 from rlpost.corrections.base import CORRECTIONS, Correction
+from rlpost.envs.base import ENVS, Environment
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.judges.base import JUDGES, Judge
 from rlpost.losses.base import LOSSES, PolicyLoss
@@ -55,6 +56,7 @@ KINDS: dict[str, tuple[Registry, type, str | None]] = {
     "rewards": (REWARDS, Reward, "reward"),
     "combine": (COMBINERS, Combine, "reward/combine"),
     "transforms": (TRANSFORMS, Transform, "data/transform"),
+    "envs": (ENVS, Environment, "data/env"),
     "judges": (JUDGES, Judge, None),  # no conf group: see NO_YAML
 }
 
@@ -103,6 +105,9 @@ HELPERS: dict[str, str] = {
     "combine/grouped.py": "group-centred advantages and term lookup shared by combiners, advantages and AIR",
     "rollouts/conditioned.py": "ConditionedRollout, the base of the conditioned-rollout strategies",
     "rollouts/side_model.py": "the frozen draft model draft_injection generates with",
+    "envs/tags.py": "the tag tool-call protocol (<calc>...</calc>) shared by the environments",
+    "envs/episode.py": "the token view of one episode: ids and the trained-token mask",
+    "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
 }
 BASE_BUNDLE = "grpo"
 

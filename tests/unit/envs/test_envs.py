@@ -2,7 +2,7 @@
 
 import pytest
 
-from rlpost.envs.calculator import CalcError, Calculator, CalculatorLimits, evaluate, format_value
+from rlpost.envs.calculator import CalcError, Calculator, CalculatorConfig, evaluate, format_value
 from rlpost.envs.episode import Episode
 from rlpost.envs.tags import find_calls
 
@@ -38,7 +38,7 @@ def test_calculator_arithmetic(expr, value):
 )
 def test_calculator_refusals(expr, reason):
     with pytest.raises(CalcError, match=reason):
-        evaluate(expr, CalculatorLimits())
+        evaluate(expr, CalculatorConfig())
 
 
 def test_format_value():
@@ -46,7 +46,7 @@ def test_format_value():
 
 
 def test_calculator_episode_tool_turn_then_answer():
-    env = Calculator()
+    env = Calculator(CalculatorConfig())
     first = env.reset({"prompt": "What is 123*456?", "answer": "56088"})
     assert [m["role"] for m in first] == ["system", "user"] and "<calc>" in first[0]["content"]
     tool = env.step("Let me compute. <calc>123*456</calc> and <calc>1/0</calc> <calc>2+")

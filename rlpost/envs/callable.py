@@ -1,0 +1,83 @@
+"""callable: a user's environment class, named by its import path, the way ``reward=callable`` loads a reward.
+
+    rlpost train data/env=callable data.env.path=my_envs:GuessNumber reward=env
+
+The class at ``path`` is constructed once per episode with ``kwargs`` (an ``Environment`` subclass: from
+its own ``Config`` built from ``kwargs``) and must have
+``reset(row, seed) -> list of messages`` and ``step(text) -> StepResult`` (subclass
+``rlpost.envs.base.Environment`` and its ``StepResult``, or return a ``(observations, reward, done,
+info)`` tuple or a dict with those keys). A module in the directory rlpost is started in imports
+without ``PYTHONPATH``, as for rewards. The episode limits (``max_turns``, ...) are this config's.
+Import errors and a class without ``reset``/``step`` are config errors, raised before any model loads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpost.envs.base import ENVS, Environment, Message, StepResult
+from rlpost.errors import ConfigError
+from rlpost.rewards.callable import load_object
+from rlpost.schema import build_config
+
+
+def _is_env(cls: Any) -> bool:
+    return isinstance(cls, type) and issubclass(cls, Environment)
+
+
+@dataclass(frozen=True)
+class CallableConfig(Environment.Config):
+    """The episode limits, the class's import path and its constructor arguments."""
+
+    path: str = ""  # pkg.module:Class (or pkg.module.Class)
+    kwargs: dict[str, Any] = field(default_factory=dict)  # passed to the class for every episode
+
+
+def as_step_result(out: Any, where: str) -> StepResult:
+    """A StepResult, a (observations, reward, done, info) tuple or a dict with those keys -> StepResult."""
+    if isinstance(out, StepResult):
+        return out
+    if isinstance(out, tuple) and len(out) in (3, 4):
+        return StepResult(list(out[0]), out[1], bool(out[2]), dict(out[3]) if len(out) == 4 else {})
+    if isinstance(out, dict) and "done" in out:
+        return StepResult(list(out.get("observations", [])), out.get("reward"), bool(out["done"]), out.get("info", {}))
+    raise TypeError(
+        f"{where}.step returned {type(out).__name__}; return a StepResult or (observations, reward, done, info)"
+    )
+
+
+@ENVS.register("callable")
+class CallableEnv(Environment):
+    """A user's environment class by import path (reset(row, seed) -> messages, step(text) -> StepResult)."""
+
+    Config = CallableConfig
+    cfg: CallableConfig
+
+    def __init__(self, cfg: CallableConfig):
+        super().__init__(cfg)
+        if not cfg.path:
+            raise ConfigError("data.env.path is empty: name your environment class, e.g. data.env.path=my_envs:MyEnv")
+        try:
+            cls = load_object(cfg.path)
+        except (ImportError, AttributeError) as err:
+            raise ConfigError(f"data.env.path={cfg.path!r} cannot be imported: {err}") from None
+        missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+        if missing:
+            raise ConfigError(f"data.env.path={cfg.path!r} has no {' or '.join(missing)} method")
+        self.cls = cls
+        # an Environment subclass is made from its own Config (kwargs checked now), any other class from kwargs
+        self.own_cfg = build_config(cls.Config, cfg.kwargs, "data.env.kwargs") if _is_env(cls) else None
+        self.inner: Any = None  # the user's object, made by reset (one per episode: the runner calls fresh())
+
+    def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
+        if self.inner is None:
+            self.inner = self.cls(self.own_cfg) if self.own_cfg is not None else self.cls(**self.cfg.kwargs)
+        return list(self.inner.reset(row, seed))
+
+    def step(self, message: str) -> StepResult:
+        return as_step_result(self.inner.step(message), self.cfg.path)
+
+    def describe(self) -> str:
+        doc = (getattr(self.cls, "__doc__", None) or "").strip().splitlines()
+        return f"{self.cfg.path}: {doc[0]}" if doc else self.cfg.path

@@ -1,0 +1,246 @@
+"""The episode loop: G episodes per row, turn by turn, batched across every episode still running.
+
+    run_episodes(env, rows [B], seeds [B], renderer, generate, stop_ids) -> [B] EpisodeResult
+
+Each turn, every running episode's tokens so far (prompt + completion) go to ``generate`` in one
+batch (TRL's ``_generate_single_turn`` in training, a plain ``generate`` in held-out eval), each new
+turn is decoded and handed to its own environment's ``step``, and the observations are appended as
+template tokens (``ChatRenderer.observation_ids``). Nothing here knows about the trainer or the model.
+
+How an episode ends (``EpisodeResult.ended``):
+- ``done``: the environment said so; ``max_turns``: that many assistant turns were taken;
+- ``truncated``: a turn hit the generation cap (or the token budget) without its end-of-turn token;
+- ``max_total_tokens``: the next observation (plus one token to answer it) does not fit the budget;
+- ``error`` / ``timeout``: ``reset`` or ``step`` raised, or ran past ``step_timeout_s``.
+
+The episode's reward is the sum of its per-turn rewards (``StepResult.reward``; None counts 0), or
+None when the environment failed: the ``env`` reward term then fails that sample and
+``reward.on_failure`` decides (skip, zero, abort). A failed ``reset`` leaves an episode of one
+untrained end-of-turn token, so every row still has a completion.
+
+A hung ``step`` is stopped at ``step_timeout_s``: on the main thread by SIGALRM, which interrupts
+Python code and blocking calls; elsewhere the call is abandoned in a daemon thread (Python cannot kill
+a thread). An environment that runs programs must also bound them itself (a killed subprocess).
+"""
+
+from __future__ import annotations
+
+import signal
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any
+
+from rlpost.envs.base import Environment, Message, StepResult, row_messages
+from rlpost.envs.episode import Episode
+
+ENDINGS = ("done", "max_turns", "truncated", "max_total_tokens", "error", "timeout")
+
+# prompt ids [M] of the running episodes -> one new turn each (ids, cut after the first stop id) and, when the
+# generator keeps them (vLLM), each turn's sampling log-probs (else None)
+Generate = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
+
+
+class StepTimeout(Exception):
+    """``env.step`` ran past ``step_timeout_s``."""
+
+
+@dataclass
+class EpisodeResult:
+    """One finished episode: its tokens and mask, the transcript after the first messages, and its counts."""
+
+    episode: Episode
+    start: list[Message]  # what reset returned (the prompt)
+    messages: list[Message] = field(default_factory=list)  # assistant turns and observations, in order
+    turn_rewards: list[float | None] = field(default_factory=list)  # [turns] each step's reward
+    tool_calls: int = 0
+    tool_errors: int = 0
+    timeouts: int = 0
+    error: str | None = None  # the environment's exception (reset or step), or the timeout
+    ended: str = "done"
+    logprobs: list[float] | None = None  # [C] sampling log-probs (0.0 on observation tokens), when kept
+
+    @property
+    def reward(self) -> float | None:
+        """The sum of the per-turn rewards (None: the environment failed)."""
+        if self.error is not None:
+            return None
+        return float(sum(r for r in self.turn_rewards if r is not None))
+
+
+class ChatRenderer:
+    """Token ids of episode messages under the tokenizer's chat template (TRL's concatenation, no re-tokenizing)."""
+
+    def __init__(self, tokenizer: Any, **template_kwargs: Any):
+        self.tokenizer = tokenizer
+        self.template_kwargs = template_kwargs
+
+    def _ids(self, messages: list[Message], add_generation_prompt: bool) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages, add_generation_prompt=add_generation_prompt, tokenize=True, return_dict=False,
+            **self.template_kwargs,
+        )  # fmt: skip
+        return list(out["input_ids"] if isinstance(out, dict) else out)
+
+    def prompt_ids(self, messages: list[Message]) -> list[int]:
+        """The first messages, ending with the assistant header."""
+        return self._ids(messages, add_generation_prompt=True)
+
+    def observation_ids(self, observations: list[Message]) -> list[int]:
+        """The tokens after an assistant turn's end-of-turn token: the template's rest of that turn, the
+        observations and the next assistant header (a one-turn dummy conversation, rendered with and
+        without them, cut at its last end-of-turn token; TRL's tool loop does the same)."""
+        dummy = [{"role": "user", "content": "x"}, {"role": "assistant", "content": "y"}]
+        prefix = self._ids(dummy, add_generation_prompt=False)
+        eos = self.tokenizer.eos_token_id
+        ends = [i for i, t in enumerate(prefix) if t == eos]
+        if ends:
+            prefix = prefix[: ends[-1] + 1]
+        full = self._ids(dummy + observations, add_generation_prompt=True)
+        if full[: len(prefix)] != prefix:
+            raise ValueError("the chat template does not render an assistant turn as a prefix of the next turn")
+        return full[len(prefix) :]
+
+    def decode(self, ids: list[int]) -> str:
+        return self.tokenizer.decode(ids, skip_special_tokens=True)
+
+
+def timed_step(env: Environment, text: str, timeout_s: float) -> StepResult:
+    """``env.step(text)``, stopped after ``timeout_s`` (StepTimeout)."""
+    if threading.current_thread() is threading.main_thread() and hasattr(signal, "setitimer"):
+
+        def expire(signum, frame):
+            raise StepTimeout(f"env.step ran past {timeout_s} s")
+
+        previous = signal.signal(signal.SIGALRM, expire)
+        signal.setitimer(signal.ITIMER_REAL, timeout_s)
+        try:
+            return env.step(text)
+        finally:
+            signal.setitimer(signal.ITIMER_REAL, 0)
+            signal.signal(signal.SIGALRM, previous)
+    box: dict[str, Any] = {}
+
+    def call():
+        try:
+            box["result"] = env.step(text)
+        except BaseException as err:  # noqa: BLE001 (re-raised on the caller's thread)
+            box["error"] = err
+
+    worker = threading.Thread(target=call, daemon=True)
+    worker.start()
+    worker.join(timeout_s)
+    if worker.is_alive():
+        raise StepTimeout(f"env.step ran past {timeout_s} s (left running in a daemon thread)")
+    if "error" in box:
+        raise box["error"]
+    return box["result"]
+
+
+def run_episodes(
+    env: Environment,
+    rows: list[dict[str, Any]],
+    seeds: list[int],
+    renderer: ChatRenderer,
+    generate: Generate,
+    stop_ids: set[int],
+) -> list[EpisodeResult]:
+    """One episode per row (rows [B], each row G times in a row for a group), all turns batched."""
+    cfg = env.cfg
+    envs = [env.fresh() for _ in rows]
+    results: list[EpisodeResult] = []
+    for slot, row, seed in zip(envs, rows, seeds):
+        try:
+            start = slot.reset(row, seed)
+        except Exception as err:  # noqa: BLE001 (an environment failure follows reward.on_failure)
+            start = row_messages(row)
+            result = EpisodeResult(Episode(renderer.prompt_ids(start)), start, error=_describe(err), ended="error")
+            result.episode.add_observation([renderer.tokenizer.eos_token_id])  # untrained: every row has a completion
+            results.append(result)
+            continue
+        results.append(EpisodeResult(Episode(renderer.prompt_ids(start)), start))
+    running = [i for i, r in enumerate(results) if r.error is None]
+    for turn in range(cfg.max_turns):
+        if not running:
+            break
+        turns, turn_logprobs = generate(
+            [results[i].episode.prompt_ids + results[i].episode.completion_ids for i in running]
+        )
+        still = []
+        for k, (i, ids) in enumerate(zip(running, turns)):
+            result, episode = results[i], results[i].episode
+            budget = cfg.max_total_tokens - episode.total_tokens
+            ids = list(ids[: max(budget, 0)])
+            if turn_logprobs is not None:  # TRL's tool loop convention: 0.0 on tokens the policy did not sample
+                result.logprobs = [0.0] * len(episode.completion_ids) if result.logprobs is None else result.logprobs
+                result.logprobs += [0.0] * (len(episode.completion_ids) - len(result.logprobs))
+                result.logprobs += list(turn_logprobs[k][: len(ids)])
+            episode.add_policy_turn(ids)
+            text = renderer.decode(ids)
+            result.messages.append({"role": "assistant", "content": text})
+            if not ids or ids[-1] not in stop_ids:
+                result.ended = "truncated"
+                continue
+            try:
+                step = timed_step(envs[i], text, cfg.step_timeout_s)
+            except StepTimeout as err:
+                result.timeouts += 1
+                result.error, result.ended = str(err), "timeout"
+                continue
+            except Exception as err:  # noqa: BLE001 (an environment failure follows reward.on_failure)
+                result.error, result.ended = _describe(err), "error"
+                continue
+            result.turn_rewards.append(step.reward)
+            result.tool_calls += int(step.info.get("tool_calls", 0))
+            result.tool_errors += int(step.info.get("tool_errors", 0))
+            if step.done:
+                result.ended = "done"
+                continue
+            if turn == cfg.max_turns - 1:
+                result.ended = "max_turns"
+                continue
+            observation = renderer.observation_ids(step.observations)
+            if not episode.fits(len(observation) + 1, cfg.max_total_tokens):
+                result.ended = "max_total_tokens"
+                continue
+            episode.add_observation(observation)
+            result.messages += step.observations
+            still.append(i)
+        running = still
+    return results
+
+
+def _describe(err: BaseException) -> str:
+    return f"{type(err).__name__}: {err}"
+
+
+def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:
+    """Per-episode columns [B] the trainer hands TRL as ``extra_fields`` (TRL merges them into the rows the
+    reward terms read): ``env_mask`` (TRL's name for the trained-token mask) and ``rlpost_env_*``."""
+    return {
+        "env_mask": [r.episode.completion_mask for r in results],
+        "rlpost_env_reward": [r.reward for r in results],
+        "rlpost_env_error": [r.error for r in results],
+        "rlpost_env_turns": [r.episode.turns for r in results],
+        "rlpost_env_tool_calls": [r.tool_calls for r in results],
+        "rlpost_env_tool_errors": [r.tool_errors for r in results],
+        "rlpost_env_timeouts": [r.timeouts for r in results],
+        "rlpost_env_ended": [r.ended for r in results],
+        "rlpost_env_spans": [[list(s) for s in r.episode.spans] for r in results],
+        "rlpost_env_turn_rewards": [[0.0 if x is None else float(x) for x in r.turn_rewards] for r in results],
+        "rlpost_env_messages": [r.messages for r in results],
+        "rlpost_env_start": [r.start for r in results],
+    }
+
+
+def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
+    """Sums over the episodes (the trainer gathers them and divides by the episode count)."""
+    return {
+        "episodes": float(len(results)),
+        "turns": float(sum(r.episode.turns for r in results)),
+        "tool_calls": float(sum(r.tool_calls for r in results)),
+        "tool_errors": float(sum(r.tool_errors for r in results)),
+        "timeouts": float(sum(r.timeouts for r in results)),
+        "failures": float(sum(r.error is not None for r in results)),
+        "trained_tokens": float(sum(r.episode.trained_tokens for r in results)),
+    }
