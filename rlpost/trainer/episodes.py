@@ -65,9 +65,12 @@ class EpisodeRollouts:
         stop_ids = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
         results = run_episodes(self.env, rows, seeds, renderer, generate, stop_ids)
         self._log(trainer, results, "train" if training else "eval")
+        kept = [r.logprobs for r in results]  # the generator's sampling log-probs (vLLM), else None
         logprobs = None
-        if all(r.logprobs is not None for r in results):
-            logprobs = [r.logprobs + [0.0] * (len(r.episode.completion_ids) - len(r.logprobs)) for r in results]
+        if all(lp is not None for lp in kept):
+            logprobs = [
+                lp + [0.0] * (len(r.episode.completion_ids) - len(lp)) for lp, r in zip(kept, results) if lp is not None
+            ]
         return {
             "prompt_ids": [r.episode.prompt_ids for r in results],
             "completion_ids": [r.episode.completion_ids for r in results],

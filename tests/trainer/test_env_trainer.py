@@ -1,0 +1,111 @@
+"""Episodes in the real trainer (data/env): the tiny random model, TRL's GRPOTrainer with rlpost's seams.
+
+The tiny model rarely ends a turn by itself, so these tests give its end-of-turn logit a bias
+(``ends_turns_soon``): the model is still the real one, sampling real turns of a few tokens, and its
+episodes run several turns. The masks are checked against the episode's own turn spans.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+
+from rlpost.algorithms import trainer_class
+from rlpost.app import compose
+from rlpost.build import build_run
+from rlpost.data import load_datasets
+from rlpost.errors import ConfigError
+from rlpost.models import load_model, load_tokenizer
+
+from trainer_utils import TINY, grpo_args, step_logs
+
+COUNTDOWN = ["data/env=callable", "data.env.path=support_envs:CountDown", "+data.env.kwargs.turns=3", "reward=env"]
+
+
+def ends_turns_soon(model, tok, bias: float = 9.0) -> None:
+    """A bias on the end-of-turn logit (the head's weights stay tied): turns of a few tokens."""
+    head = model.lm_head
+    biased = torch.nn.Linear(head.in_features, head.out_features, bias=True)
+    biased.weight = head.weight
+    with torch.no_grad():
+        biased.bias.zero_()
+        biased.bias[tok.eos_token_id] = bias
+    model.lm_head = biased
+
+
+def env_trainer(overrides: list[str], tmp_path):
+    run = build_run(compose([*TINY, *overrides]))
+    train_set, _ = load_datasets(run.data)
+    tok, model = load_tokenizer(run.model), load_model(run.model)
+    ends_turns_soon(model, tok)
+    trainer = trainer_class(run)(
+        model=model, args=grpo_args(run, tmp_path), train_dataset=train_set, processing_class=tok, run=run
+    )
+    return trainer, train_set
+
+
+def test_multi_turn_episodes_train_only_the_policy_tokens(tmp_path):
+    trainer, train_set = env_trainer([*COUNTDOWN, "train.steps=2"], tmp_path)
+    g = trainer.num_generations
+    inputs = [dict(train_set[i // g]) for i in range(8)]  # two groups of G=4
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(inputs)
+
+    turns = [len(row["rlpost_env_spans"]) for row in inputs]
+    assert max(turns) > 1, "no episode ran a second turn"
+    for i, row in enumerate(inputs):
+        length = int(output["completion_mask"][i].sum())
+        # expected mask: 1 inside each policy turn's span, 0 on every observation token between them
+        expected = [0] * length
+        for start, end in row["rlpost_env_spans"]:
+            expected[start:end] = [1] * (end - start)
+        assert output["tool_mask"][i, :length].tolist() == expected
+        assert trainer._loss_mask(output)[i, :length].tolist() == [float(x) for x in expected]
+        # CountDown pays 0.5 per answered turn; a turn cut by the length cap is not answered
+        answered = len(row["rlpost_env_turn_rewards"])
+        assert trainer.batch.reward_terms[i, 0].item() == pytest.approx(0.5 * answered)
+        assert row["rlpost_env_ended"] in ("done", "truncated")
+    # the G episodes of a group share their start (one reset seed per group); the two groups' seeds differ
+    prompts = [output["prompt_ids"][i][output["prompt_mask"][i].bool()].tolist() for i in range(8)]
+    assert prompts[0] == prompts[1] == prompts[2] == prompts[3] and prompts[4] == prompts[7]
+    assert inputs[0]["rlpost_env_start"] != inputs[4]["rlpost_env_start"]
+    trained = sum(sum(e - s for s, e in row["rlpost_env_spans"]) for row in inputs)
+    assert output["rlpost_num_tokens"].item() == trained  # the loss normalizer counts only the policy's tokens
+
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    moved = [n for n, p in trainer.model.named_parameters() if not torch.equal(p, before[n])]
+    assert moved, "no parameter moved"
+    logs = step_logs(trainer)
+    assert len(logs) == 2
+    for log in logs:
+        assert log["env/turns"] >= 1 and math.isfinite(log["env/turns"])
+        assert log["env/failures"] == 0 and log["env/timeouts"] == 0
+        assert log["env/trained_tokens"] > 0
+
+
+def test_calculator_episodes_train_and_log(tmp_path):
+    trainer, _ = env_trainer(["data/env=calculator", "reward=env", "train.steps=2"], tmp_path)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert [log["env/turns"] for log in logs] == [1.0, 1.0]  # no <calc> from a random model: one answer turn
+    assert all(log["env/tool_calls"] == 0 and math.isfinite(log["loss"]) for log in logs)
+
+
+@pytest.mark.parametrize(
+    ("overrides", "match"),
+    [
+        (["data/env=calculator"], "reward term env, which reward.terms lacks"),
+        (["reward=env"], "reward term env scores episodes, but data/env is none"),
+        (["data/env=calculator", "reward=env", "algorithm/rollout=hindsight_critique"], "cannot be combined with algorithm/rollout"),
+        (["data/env=calculator", "reward=env", "algorithm=ppo"], "cannot be combined with algorithm.critic"),
+        (["data/env=calculator", "reward=env", "algorithm/correction=tis"], "cannot be combined with algorithm/correction"),
+        (["data/env=calculator", "reward=env", "algorithm.overlong.soft_penalty=true", "algorithm.overlong.cache_len=4"],
+         "cannot be combined with algorithm.overlong.soft_penalty"),
+    ],
+)  # fmt: skip
+def test_compositions_episodes_cannot_serve_are_refused_before_any_model_loads(overrides, match):
+    with pytest.raises(ConfigError, match=match):
+        build_run(compose([*TINY, *overrides]))
