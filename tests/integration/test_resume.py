@@ -24,8 +24,16 @@ from rlpost.errors import ConfigError
 from rlpost.preemption import EXIT_PREEMPTED
 
 
-def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path):
-    args = ["train.steps=4", "train.save_steps=2", "resume=auto"]
+ENV_EPISODES = [  # episodes whose start depends on the environment's reset seed (rlpost/trainer/episodes.py)
+    "data/env=callable",
+    "data.env.path=support_envs:CountDown",
+    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]",
+]
+
+
+@pytest.mark.parametrize("extra", [[], ENV_EPISODES], ids=["completions", "env-episodes"])
+def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path, extra):
+    args = ["train.steps=4", "train.save_steps=2", "resume=auto", *extra]
     reference = launch(tmp_path / "a", *args)  # uninterrupted, same seed, in parallel
     killed = launch(tmp_path / "b", *args)
 
@@ -54,6 +62,7 @@ def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path)
     assert code == 0, err[-3000:]
     expected, resumed = metrics(run_dirs(tmp_path / "a")[0]), metrics(run)
     assert [m["step"] for m in resumed] == [1, 2, 3, 4] == [m["step"] for m in expected]
+    assert ("env/turns" in expected[0]) == bool(extra)  # the episodes ran (and their metrics are compared below)
     moved = False
     for want, got in zip(expected, resumed):
         keys = {k for k, v in want.items() if isinstance(v, (int, float)) and k not in NOT_COMPARED}
