@@ -10,6 +10,7 @@ import rlpost.advantages.pmi_tokens  # noqa: F401
 import rlpost.advantages.routed  # noqa: F401
 import rlpost.advantages.segments  # noqa: F401
 import rlpost.advantages.tiar  # noqa: F401
+import rlpost.advantages.turn_grpo  # noqa: F401
 
 # combiners
 import rlpost.combine.decoupled  # noqa: F401

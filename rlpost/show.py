@@ -44,6 +44,17 @@ def explain(run: BuiltRun) -> str:
         f"({train.minibatches * p.completions_per_step} completions generated at once)",
         f"  rollouts                {type(algo.rollout).registry_name}: {_describe(algo.rollout)}",
         f"  steps                   {train.steps} at learning rate {train.learning_rate:g} ({train.lr_scheduler})",
+        *(
+            [
+                "",
+                f"Episodes (data/env={run.env.registry_name}):",
+                *run.env.episode_lines(
+                    train.max_completion_length, run.reward.failure[0].on_failure if run.reward.failure else "skip"
+                ),
+            ]
+            if run.env is not None
+            else []
+        ),  # fmt: skip
         "",
         "Hardware:",
         *describe_hardware(run.hardware, p),  # scale-out (rlpost/launch/plan.py)

@@ -110,6 +110,26 @@ class Environment(Component):
             if refused:
                 raise ConfigError(f"{where} cannot be combined with {key}: {why}.")
 
+    def episode_lines(self, max_new_tokens: int, on_failure: str) -> list[str]:
+        """``rlpost show``'s explanation of one episode: turns, who speaks, what is trained, when rewards arrive."""
+        cfg = self.cfg
+        return [
+            f"  environment   {self.describe()}",
+            f"  turns         at most {cfg.max_turns} assistant turns of at most {max_new_tokens} new tokens each; "
+            f"prompt + turns + observations at most {cfg.max_total_tokens} tokens",
+            "  who speaks    the environment opens (reset: the row's prompt, its system message), then the policy "
+            "and the environment alternate: one assistant turn, then the environment's observations (tool or user messages)",
+            "  trained       only the tokens the policy generated; observations and the chat template's tokens around "
+            "them are context (mask 0), and the loss and its aggregation count only trained tokens",
+            "  rewards       each step may return a reward; the episode's reward is their sum, read by the reward "
+            "term env when the episode ends",
+            "  advantage     trajectory-level: each trained token of an episode carries its episode's advantage over "
+            "the G episodes of its row, which share their start",
+            f"  ends          done, max_turns, a turn without its end-of-turn token, or an observation past the "
+            f"token budget; a step past {cfg.step_timeout_s:g} s or an exception fails the episode "
+            f"(reward.on_failure={on_failure})",
+        ]
+
     def fresh(self) -> Environment:
         """A new environment of this kind and config: one per episode."""
         return type(self)(self.cfg)

@@ -109,3 +109,38 @@ def test_calculator_episodes_train_and_log(tmp_path):
 def test_compositions_episodes_cannot_serve_are_refused_before_any_model_loads(overrides, match):
     with pytest.raises(ConfigError, match=match):
         build_run(compose([*TINY, *overrides]))
+
+
+def test_per_turn_advantages_in_the_trainer(tmp_path):
+    trainer, train_set = env_trainer([*COUNTDOWN, "algorithm/advantage=turn_grpo", "train.steps=1"], tmp_path)
+    g = trainer.num_generations
+    inputs = [dict(train_set[i // g]) for i in range(8)]
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(inputs)
+    rewards = trainer.batch.result.rewards.values
+    for i, row in enumerate(inputs):
+        group = rewards[i - i % g : i - i % g + g]
+        mean, std = group.mean(), group.std() + 1e-4
+        earned = 0.0
+        for t, (start, end) in enumerate(row["rlpost_env_spans"]):  # R_{i,t} = r_i - sum of earlier turn rewards
+            want = ((rewards[i] - earned) - mean) / std
+            assert output["advantages"][i, start:end] == pytest.approx(
+                torch.full((end - start,), want.item()), abs=1e-5
+            )
+            earned += row["rlpost_env_turn_rewards"][t] if t < len(row["rlpost_env_turn_rewards"]) else 0.0
+    trainer.train()
+    assert math.isfinite(step_logs(trainer)[0]["loss"])
+
+
+def test_show_explains_the_episode():
+    from rlpost.show import explain
+
+    text = explain(build_run(compose([*TINY, "data/env=calculator", "reward=env"])))
+    assert "Episodes (data/env=calculator):" in text
+    for words in (
+        "at most 3 assistant turns",
+        "only the tokens the policy generated",
+        "reward term env",
+        "trajectory-level",
+    ):
+        assert words in text
