@@ -56,6 +56,10 @@ CONTEXT: dict[str, list[str]] = {
     ],
     "algorithm/grad=": ["algorithm.grad.source=file", "algorithm.grad.path={subspace}"],
     "judge.backend=": ["reward=rubric"],  # a judge node: the rubric reward's
+    "data/env=calculator": ["reward=env"],  # an environment's reward reaches the run through reward=env
+    "data/env=callable": ["reward=env", "data.env.path=support_envs:CountDown"],
+    "data/env=gym": ["reward=env", "data.env.path=support_envs:GuessNumber"],
+    "algorithm/advantage=turn_grpo": ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
 }
 DATA_SOURCES = {"jsonl": "{rows_jsonl}", "parquet": "{rows_parquet}", "hf": "{dataset}"}
 

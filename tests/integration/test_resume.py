@@ -23,7 +23,6 @@ from rlpost.checkpoints import is_complete, latest_checkpoint, remove_stale_stag
 from rlpost.errors import ConfigError
 from rlpost.preemption import EXIT_PREEMPTED
 
-
 ENV_EPISODES = [  # episodes whose start depends on the environment's reset seed (rlpost/trainer/episodes.py)
     "data/env=callable",
     "data.env.path=support_envs:CountDown",
