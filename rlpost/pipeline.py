@@ -99,7 +99,7 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
         reward_terms=x.reward_terms,
         term_names=reward.names,
         num_generations=x.num_generations,
-        completion_mask=x.completion_mask,
+        completion_mask=x.loss_mask,  # the tokens that count: an episode's observations and tool output are not trained
         completion_ids=x.completion_ids,
         rows=x.rows,
         extras=extras,

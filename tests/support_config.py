@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import yaml
 from paths import REPO
@@ -41,3 +43,20 @@ def from_yaml(name: str, **overrides) -> DataConfig:
     node = yaml.safe_load((DATA_CONF / f"{name}.yaml").read_text())
     node = {**node, "seed": 0, **overrides}  # the YAML's seed is ${seed}, the run seed
     return build_config(DataConfig, node, "data")
+
+
+def stand_in_replay(folder: Path) -> None:
+    """A replay folder as ``logging.replay`` writes it (meta.json + parquet with a column per reward);
+    build_run reads only the meta and the parquet schema."""
+    import json
+
+    import pandas as pd
+
+    from rlpost.replay import COLUMNS, TERM_PREFIX
+    from rlpost.rewards.base import REWARDS
+
+    folder.mkdir()
+    meta = {"num_generations": 4, "temperature": 1.0, "tokenizer_sha256": "-", "term_names": REWARDS.names()}
+    (folder / "meta.json").write_text(json.dumps(meta))
+    row = {c: [0] for c in COLUMNS} | {TERM_PREFIX + name: [0.0] for name in REWARDS.names()}
+    pd.DataFrame(row).to_parquet(folder / "step-000000-rank0.parquet")

@@ -13,6 +13,7 @@ import pytest
 import torch
 from omegaconf import OmegaConf
 from paths import REPO
+from support_config import stand_in_replay
 
 from rlpost.app import compose
 from rlpost.build import build_run
@@ -86,23 +87,6 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
         ("data", "hf"): [f"data.path={tmp / 'dataset'}"],
         **NEEDS,
     }
-
-
-def stand_in_replay(folder: Path) -> None:
-    """A replay folder as ``logging.replay`` writes it (meta.json + parquet with a column per reward);
-    build_run reads only the meta and the parquet schema."""
-    import json
-
-    import pandas as pd
-
-    from rlpost.replay import COLUMNS, TERM_PREFIX
-    from rlpost.rewards.base import REWARDS
-
-    folder.mkdir()
-    meta = {"num_generations": 4, "temperature": 1.0, "tokenizer_sha256": "-", "term_names": REWARDS.names()}
-    (folder / "meta.json").write_text(json.dumps(meta))
-    row = {c: [0] for c in COLUMNS} | {TERM_PREFIX + name: [0.0] for name in REWARDS.names()}
-    pd.DataFrame(row).to_parquet(folder / "step-000000-rank0.parquet")
 
 
 def choose(group: str, option: str) -> str:

@@ -40,7 +40,13 @@ def test_episodes_with_two_processes(tmp_path):
 
 def test_calculator_run_evaluates_episodes(tmp_path):
     run_dir = tmp_path / "run"
-    args = [*QUICK, "data/env=calculator", "reward.terms=[{name: env, weight: 1.0}]", "eval.at_end=true", f"hydra.run.dir={run_dir}"]
+    args = [
+        *QUICK,
+        "data/env=calculator",
+        "reward.terms=[{name: env, weight: 1.0}]",
+        "eval.at_end=true",
+        f"hydra.run.dir={run_dir}",
+    ]
     done = rlpost(args, tmp_path)
     assert done.returncode == 0, done.stderr[-4000:]
     summary = json.loads((run_dir / "summary.json").read_text())

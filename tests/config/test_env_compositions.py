@@ -1,0 +1,80 @@
+"""Every algorithm option with episodes (``data/env=calculator reward=env``): it builds, or it is refused before
+any model loads with the reason. The refusals of episodes themselves are listed here, so a change is deliberate;
+an option that needs a reward term the env reward lacks fails naming that term."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from paths import REPO
+from support_config import stand_in_replay
+
+from rlpost.app import compose
+from rlpost.build import build_run
+from rlpost.errors import ConfigError
+
+CONF = REPO / "conf"
+GROUPS = ["algorithm", "algorithm/advantage", "algorithm/loss", "algorithm/correction", "algorithm/rollout",
+          "algorithm/safety", "algorithm/regularizers", "algorithm/grad", "reward/combine"]  # fmt: skip
+EPISODES = ["data/env=calculator", "reward=env"]
+REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpost/envs/base.py)
+    **{f"algorithm/correction={c}": "algorithm/correction" for c in ("acrl", "ais", "f_tis", "mis", "tis")},
+    **{
+        f"algorithm/rollout={r}": "algorithm/rollout"
+        for r in (
+            "draft_injection",
+            "feedback_refine",
+            "forced_refusal",
+            "generic_negative",
+            "hindsight_critique",
+            "reflect_revise",
+            "rubric_guidance",
+        )
+    },  # fmt: skip
+    "algorithm=dapo": "algorithm.overlong.soft_penalty",
+    "algorithm=ppo": "algorithm.critic (PPO)",
+    "algorithm=ppo_or": "algorithm.critic (PPO)",
+}
+NEEDS_OTHER_TERMS = {  # options that read reward terms by name: refused naming the missing term
+    "algorithm/advantage=routed": "format",
+    "algorithm/advantage=segments": "math_answer",
+    "algorithm/advantage=tiar": "ternary_abstention",
+    "reward/combine=decoupled": "format",
+    "algorithm/advantage=gae": "needs a critic",
+}
+SKIPPED = {"algorithm=regen": "needs replay folders: test_regen_with_episodes_is_refused"}
+
+
+def choices() -> list[str]:
+    out = []
+    for group in GROUPS:
+        for path in sorted((CONF / group).glob("*.yaml")):
+            option = f"[{path.stem}]" if group == "algorithm/regularizers" else path.stem
+            if f"{group}={path.stem}" not in SKIPPED:
+                out.append(f"{group}={option}")
+    return out
+
+
+@pytest.mark.parametrize("choice", choices())
+def test_every_option_with_episodes_builds_or_is_refused_with_the_reason(choice):
+    cfg = compose([*EPISODES, choice])
+    key = choice.replace("[", "").replace("]", "")
+    if key in REFUSED_BY_EPISODES:
+        with pytest.raises(
+            ConfigError, match=re.escape(f"data/env=calculator cannot be combined with {REFUSED_BY_EPISODES[key]}:")
+        ):
+            build_run(cfg)
+    elif key in NEEDS_OTHER_TERMS:
+        with pytest.raises(ConfigError, match=NEEDS_OTHER_TERMS[key]):
+            build_run(cfg)
+    else:
+        run = build_run(cfg)
+        assert run.env is not None and run.env.registry_name == "calculator"
+
+
+def test_regen_with_episodes_is_refused(tmp_path):
+    stand_in_replay(tmp_path / "replay")
+    cfg = compose([*EPISODES, "algorithm=regen", f"algorithm.replay=['{tmp_path / 'replay'}']"])
+    with pytest.raises(ConfigError, match=r"data/env=calculator cannot be combined with algorithm.replay \(REGEN\)"):
+        build_run(cfg)
