@@ -30,7 +30,8 @@ from rlpost.transforms.base import add_note
 
 SYSTEM = (
     "You can use a calculator. Write <calc>expression</calc> (numbers, + - * / // % ** and parentheses) "
-    "and you will get <result>value</result>. When you know the answer, reply with it and no <calc> tag."
+    "and you will get <result>value</result>. When you know the answer, reply with it and no <calc> tag.\n"
+    "Example. User: Calculate 12 * 34. You: <calc>12 * 34</calc> Calculator: <result>408</result> You: 408"
 )
 _BINARY = {ast.Add: operator.add, ast.Sub: operator.sub, ast.Mult: operator.mul, ast.Div: operator.truediv,
            ast.FloorDiv: operator.floordiv, ast.Mod: operator.mod, ast.Pow: operator.pow}  # fmt: skip

@@ -244,3 +244,27 @@ def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
         "failures": float(sum(r.error is not None for r in results)),
         "trained_tokens": float(sum(r.episode.trained_tokens for r in results)),
     }
+
+
+def transcript(result: EpisodeResult, renderer: ChatRenderer) -> str:
+    """One episode as markdown: the prompt text, then the completion with every trained token run in a
+    ``[trained]`` block and every context run (observations, template tokens) in a ``[context]`` block."""
+    lines = [
+        "**Prompt (context, from reset):**",
+        "",
+        "```text",
+        renderer.tokenizer.decode(result.episode.prompt_ids),
+        "```",
+        "",
+    ]
+    lines += ["**Completion:**", ""]
+    ids, mask = result.episode.completion_ids, result.episode.completion_mask
+    start = 0
+    for end in range(1, len(ids) + 1):
+        if end == len(ids) or mask[end] != mask[start]:
+            label = "trained: the policy's tokens" if mask[start] else "context: not trained"
+            lines += [f"[{label}]", "```text", renderer.tokenizer.decode(ids[start:end]), "```"]
+            start = end
+    lines += ["", f"Reward {result.reward}, turns {result.episode.turns}, ended: {result.ended}, "
+              f"trained tokens {result.episode.trained_tokens} of {len(ids)}."]  # fmt: skip
+    return "\n".join(lines)
