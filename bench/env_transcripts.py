@@ -41,8 +41,8 @@ def main(names: list[str]) -> None:
         tok, model = load_tokenizer(run.model), load_model(run.model).eval()
         renderer = ChatRenderer(tok)
 
-        def turns(ids):
-            return _generate_ids(model, tok, ids, run.settings.train.max_completion_length, False, 1.0), None
+        def turns(ids, model=model, tok=tok, cap=run.settings.train.max_completion_length):
+            return _generate_ids(model, tok, ids, cap, False, 1.0), None
 
         with torch.no_grad():
             results = run_episodes(run.env, [rows[i] for i in range(len(rows))], list(range(len(rows))), renderer,
