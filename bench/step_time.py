@@ -12,6 +12,8 @@ Suites (``--suites trl,components,scaling``; each prints a markdown table, all a
   judge), and AIR (against the same AIR data and reward without the regularizer).
 - ``scaling``: rlpost's step with group size G = 4, 8, 16 (2 prompts per step) and completion length
   16, 32, 64 (G = 4).
+- ``env``: the cost of the environment loop: a single-turn step against calculator episodes of one and of
+  exactly two turns (``data/env``; each turn up to the same max_completion_length).
 
 Method (bench/harness.py): every run is a fresh subprocess; in each repetition the variants of a suite
 run in a rotated order so drift on a shared machine hits all alike; the first ``--warmup`` steps are
@@ -75,7 +77,7 @@ OWN = ("score_ms", "loss_ms", "grad_ms")  # where rlpost's components run: rewar
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--suites", default="trl,components,scaling", help="comma list of trl, components, scaling")
+    p.add_argument("--suites", default="trl,components,scaling", help="comma list of trl, components, scaling, env")
     p.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "tiny-random"])
     p.add_argument("--steps", type=int, default=7, help="optimizer steps per run")
     p.add_argument("--warmup", type=int, default=3, help="first steps excluded (allocator and cache warm-up)")
@@ -136,7 +138,21 @@ def scaling_suite(args) -> list[dict]:
              "base": "G=4, 32 tokens"} for g, length in shapes]  # fmt: skip
 
 
-SUITES = {"trl": trl_suite, "components": components_suite, "scaling": scaling_suite}
+def env_suite(args) -> list[dict]:
+    """A single-turn step against calculator episodes of one turn (SmolLM2 rarely calls the tool by itself)
+    and of exactly two (bench/env_bench.py: the first turn answered with the tool's result)."""
+    env = ["data.template='{question}'"]
+    return [
+        {"label": "single turn (no environment)", "trainer": "rlpost", "overrides": batch(args)},
+        {"label": "calculator episode, 1 turn", "trainer": "rlpost", "base": "single turn (no environment)",
+         "overrides": [*batch(args), *env, "data/env=calculator", "reward=env"]},
+        {"label": "calculator episode, 2 turns", "trainer": "rlpost", "base": "single turn (no environment)",
+         "overrides": [*batch(args), *env, "data/env=callable", "data.env.path=env_bench:TwoTurnCalculator",
+                       "reward=env", "data.env.max_turns=2"]},
+    ]  # fmt: skip
+
+
+SUITES = {"trl": trl_suite, "components": components_suite, "scaling": scaling_suite, "env": env_suite}
 
 
 # ---- tables --------------------------------------------------------------------------------------
