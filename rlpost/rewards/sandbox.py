@@ -1,25 +1,32 @@
-"""Run one candidate program against its tests in a child process with time and memory limits.
+"""Run one candidate program against its tests: a judge process holds the tests, the program runs in a jail.
 
-The parent side of ``code_exec`` (the child is ``code_runner.py``). Each call gets a fresh temporary
-directory as the child's working directory (removed afterwards); the child is ``python -I`` (no user
-site, no PYTHON* variables) with a minimal environment, in its own session so a timeout kills its
-whole process group. Limits, set by the child itself (``code_runner.py``, ``resource.setrlimit``) before
-it reads the program (not with ``preexec_fn``, which can deadlock when the parent has threads, as the
-trainer and the reward's worker threads do):
-``RLIMIT_AS`` = ``memory_mb`` (a memory hog gets ``MemoryError`` or dies), ``RLIMIT_CPU`` = int(time
-limit) + 2 s (a busy loop gets SIGXCPU even if the wall clock timer failed),
-``RLIMIT_FSIZE`` = 16 MiB (no disk filling), ``RLIMIT_CORE`` = 0. The wall-clock limit is
-``timeout_s``. This is isolation against accidents (loops, hogs, crashes), not a security boundary:
-the child runs as the training user and could, say, write its own ``result.json``. When Debian's ``bwrap`` (bubblewrap) is on PATH and
-``sandbox: auto``/``bwrap``, the child additionally runs with a read-only root, its own temp dir
-writable, and no network (``--unshare-all``); bwrap is not installed on the machines rlpost was
-developed on, so that path is not covered by the tests there.
+The parent side of ``code_exec``. Two processes per call (both ``python -I`` with a minimal environment):
+- the judge (``code_judge.py``, trusted: dataset tests only) gets the tests and limits in a folder of its
+  own, starts the candidate, runs every test statement itself with the program's functions as proxies,
+  and writes the verdict to the parent on its stdout;
+- the candidate (``code_runner.py``) loads the model-written program in a fresh scratch folder and answers
+  calls with Python literals. It never sees the tests and has no channel to the parent, so it cannot write
+  or forge a verdict (the old ``result.json`` in its own folder is gone).
+
+Limits, set by the candidate itself before it reads the program (``resource.setrlimit``, not
+``preexec_fn``, which can deadlock when the parent has threads): address space ``memory_mb``, CPU seconds
+int(time limit) + 2, 16 MiB files, no core dumps, 64 processes (for a non-root user). The wall-clock limit
+``timeout_s`` is the judge's (and the parent's, with a margin); every process of a call is killed with its
+process group.
+
+The jail: with bubblewrap (``bwrap``, installed by ``make setup`` where it can) and ``sandbox: auto`` or
+``bwrap``, the candidate runs with a read-only root, a private empty ``/tmp`` (the judge's folder is not
+visible), only its scratch folder writable, and no network, no IPC and its own pid namespace
+(``--unshare-all``; ``--die-with-parent``). Without bwrap (``sandbox: none``, or ``auto`` on a machine
+without it) the rlimits still hold but the program runs as the training user: it can read files (the
+tests included), write where that user can, and reach the network. ``sandbox_available()`` tells callers.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
 import signal
 import subprocess
@@ -28,6 +35,7 @@ import tempfile
 from dataclasses import dataclass
 
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_runner.py")
+JUDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_judge.py")
 STATUSES = ("ok", "syntax_error", "crash", "memory", "timeout", "no_entry_point", "no_code")
 
 
@@ -49,50 +57,77 @@ def use_bwrap(sandbox: str) -> bool:
     return found
 
 
+def sandbox_available() -> bool:
+    """Whether the jail (bubblewrap) is installed and works here."""
+    if shutil.which("bwrap") is None:
+        return False
+    probe = [
+        "bwrap",
+        "--ro-bind",
+        "/",
+        "/",
+        "--dev",
+        "/dev",
+        "--proc",
+        "/proc",
+        "--unshare-all",
+        "--die-with-parent",
+        "true",
+    ]
+    try:
+        return subprocess.run(probe, capture_output=True, timeout=10).returncode == 0
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+
+
+def jail(folder: str, command: list[str]) -> list[str]:
+    """``command`` in bubblewrap: read-only root, a private /tmp with only ``folder`` in it writable, no network."""
+    return [
+        "bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", folder, folder, "--dev", "/dev",
+        "--proc", "/proc", "--unshare-all", "--die-with-parent", "--chdir", folder, *command,
+    ]  # fmt: skip
+
+
 def execute(
     program: str, tests: str, entry_point: str | None, timeout_s: float, memory_mb: int, sandbox: str = "auto"
 ) -> Outcome:
-    """Run ``program`` then ``tests`` in a limited child; any failure is an ``Outcome``, never an exception."""
-    with tempfile.TemporaryDirectory(prefix="rlpost_exec_") as folder:
-        for name, text in (("program.py", program), ("tests.py", tests)):
-            with open(os.path.join(folder, name), "w", encoding="utf-8") as handle:
-                handle.write(text)
+    """Run ``program`` against ``tests`` (judge + jailed candidate); any failure is an ``Outcome``, never an exception."""
+    with tempfile.TemporaryDirectory(prefix="rlpost_judge_") as judged, tempfile.TemporaryDirectory(
+        prefix="rlpost_exec_"
+    ) as folder:  # fmt: skip
+        with open(os.path.join(folder, "program.py"), "w", encoding="utf-8") as handle:
+            handle.write(program)
         with open(os.path.join(folder, "spec.json"), "w", encoding="utf-8") as handle:
-            json.dump({"entry_point": entry_point, "memory_mb": memory_mb, "cpu_s": int(timeout_s) + 2}, handle)
-        command = [sys.executable, "-I", RUNNER, folder]
+            json.dump({"memory_mb": memory_mb, "cpu_s": int(timeout_s) + 2}, handle)
+        with open(os.path.join(judged, "tests.py"), "w", encoding="utf-8") as handle:
+            handle.write(tests)
+        with open(os.path.join(judged, "spec.json"), "w", encoding="utf-8") as handle:
+            json.dump({"entry_point": entry_point, "timeout_s": timeout_s}, handle)
+        candidate = [sys.executable, "-I", RUNNER, folder]
         if use_bwrap(sandbox):
-            command = [
-                "bwrap", "--ro-bind", "/", "/", "--dev", "/dev", "--proc", "/proc", "--bind", folder, folder,
-                "--unshare-all", "--die-with-parent", "--chdir", folder, *command,
-            ]  # fmt: skip
+            candidate = jail(folder, candidate)
+        command = [sys.executable, "-I", JUDGE, judged, *candidate]
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
         try:
             proc = subprocess.Popen(
-                command,
-                cwd=folder,
-                env=env,
-                stdin=subprocess.DEVNULL,
-                stdout=subprocess.DEVNULL,
-                stderr=subprocess.PIPE,
-                start_new_session=True,
-            )
+                command, cwd=judged, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
         except OSError:
             return Outcome("crash")
-        try:
-            _, stderr = proc.communicate(timeout=timeout_s)
+        token = secrets.token_hex(16)  # only the judge's own verdict line carries it
+        try:  # the judge enforces timeout_s; this is its own bound
+            stdout, _ = proc.communicate(input=f"{token}\n".encode(), timeout=timeout_s + 10)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             return Outcome("timeout")
-        path = os.path.join(folder, "result.json")
-        if not os.path.exists(path):  # killed by a signal (SIGXCPU, SIGKILL on memory) or interpreter crash
-            if proc.returncode == -signal.SIGXCPU:
-                return Outcome("timeout")
-            return Outcome("memory" if b"MemoryError" in (stderr or b"") else "crash")
+        lines = [
+            line[len(token) + 1 :] for line in stdout.decode(errors="replace").splitlines() if line.startswith(token)
+        ]
         try:
-            with open(path, encoding="utf-8") as handle:
-                result = json.load(handle)
-            return Outcome(str(result["status"]), int(result["passed"]), int(result["total"]))
-        except (ValueError, KeyError, TypeError):
+            verdict = json.loads(lines[-1])
+            return Outcome(str(verdict["status"]), int(verdict["passed"]), int(verdict["total"]))
+        except (ValueError, KeyError, TypeError, IndexError):
             return Outcome("crash")
 
 

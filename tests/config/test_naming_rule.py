@@ -95,7 +95,8 @@ HELPERS: dict[str, str] = {
     "losses/kl.py": "algorithm.kl: KL estimators, the KL regularizer built from algorithm.kl (not a registered choice)",
     "regularizers/air_sampler.py": "AIR's whole-intent batch sampler (its sampler member)",
     "grad/subspace.py": "the reference subspace shared by trusted_projection and direction_monitor",
-    "rewards/code_runner.py": "the child program code_exec's sandbox runs (imports nothing from rlpost)",
+    "rewards/code_runner.py": "the jailed child that loads code_exec's candidate program (imports nothing from rlpost)",
+    "rewards/code_judge.py": "the judge process that runs code_exec's tests and alone writes the verdict",
     "rewards/embeddings.py": "sentence embeddings for group_diversity and core",
     "rewards/group.py": "GroupReward, the base of the group-level rewards",
     "rewards/human_eval.py": "HumanEval rows and checks (data.source=human_eval, code_exec)",
@@ -108,6 +109,7 @@ HELPERS: dict[str, str] = {
     "envs/tags.py": "the tag tool-call protocol (<calc>...</calc>) shared by the environments",
     "envs/episode.py": "the token view of one episode: ids and the trained-token mask",
     "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
+    "envs/search_data.py": "the bundled search corpus and questions (python -m rlpost.envs.search_data)",
 }
 BASE_BUNDLE = "grpo"
 
