@@ -32,6 +32,8 @@ import rlpost.envs.calculator  # noqa: F401
 import rlpost.envs.callable  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
 import rlpost.envs.none  # noqa: F401
+import rlpost.envs.python  # noqa: F401
+import rlpost.envs.search  # noqa: F401
 
 # gradient transforms
 import rlpost.grad.direction_monitor  # noqa: F401

@@ -92,6 +92,12 @@ def format_value(x: int | float) -> str:
     return str(x) if isinstance(x, int) else f"{x:.10g}"
 
 
+def final_answer_reward(message: str, gold: float | None) -> float:
+    """1.0 when the last number of ``message`` equals ``gold`` (to 1e-6 relative), else 0.0."""
+    answer = last_number(message)
+    return 1.0 if answer is not None and gold is not None and math.isclose(answer, gold, rel_tol=1e-6) else 0.0
+
+
 @ENVS.register("calculator")
 class Calculator(Environment):
     """Arithmetic with a <calc> tool (tag protocol); reward 1.0 for a correct final answer."""
@@ -112,9 +118,8 @@ class Calculator(Environment):
     def step(self, message: str) -> StepResult:
         calls = find_calls(message, [self.cfg.tag])
         if not calls:  # the final answer
-            answer = last_number(message)
-            correct = answer is not None and self.gold is not None and math.isclose(answer, self.gold, rel_tol=1e-6)
-            return StepResult(reward=1.0 if correct else 0.0, done=True, info={"tool_calls": 0, "tool_errors": 0})
+            reward = final_answer_reward(message, self.gold)
+            return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})
         observations, errors = [], 0
         for call in calls:
             try:

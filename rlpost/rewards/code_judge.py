@@ -63,14 +63,16 @@ class Candidate:
         self.proc = subprocess.Popen(
             command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
         )
+        assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
+        self.requests, self.answers = self.proc.stdin, self.proc.stdout
 
     def receive(self) -> dict:
         line = b""
         while not line.endswith(b"\n"):
             left = self.deadline - time.monotonic()
-            if left <= 0 or not select.select([self.proc.stdout], [], [], left)[0]:
+            if left <= 0 or not select.select([self.answers], [], [], left)[0]:
                 raise CandidateGone("timeout", "the program ran past timeout_s")
-            chunk = os.read(self.proc.stdout.fileno(), 1 << 16)
+            chunk = os.read(self.answers.fileno(), 1 << 16)
             if not chunk:
                 code = self.proc.wait()
                 raise CandidateGone("timeout" if code == -signal.SIGXCPU else "crash", f"the program exited ({code})")
@@ -87,8 +89,8 @@ class Candidate:
         request = {"call": name, "args": repr(args), "kwargs": repr(kwargs)}
         ast.literal_eval(request["args"]), ast.literal_eval(request["kwargs"])  # a non-literal argument fails here
         try:
-            self.proc.stdin.write((json.dumps(request) + "\n").encode())
-            self.proc.stdin.flush()
+            self.requests.write((json.dumps(request) + "\n").encode())
+            self.requests.flush()
         except (BrokenPipeError, OSError):
             raise CandidateGone("crash", "the program closed its channel") from None
         answer = self.receive()

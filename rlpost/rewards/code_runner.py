@@ -85,7 +85,20 @@ def serve(folder: str, out: io.TextIOBase, inp: io.TextIOBase) -> None:
             send({"raised": repr(err)[:200], "memory": False})
 
 
+def run_script(folder: str) -> None:
+    """``--script`` mode (the python tool of data/env=python): run program.py with its prints on stdout."""
+    with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
+        spec = json.load(handle)
+    set_limits(int(spec["memory_mb"]), int(spec["cpu_s"]))
+    sys.stdin = io.StringIO()
+    program = open(os.path.join(folder, "program.py"), encoding="utf-8").read()
+    exec(compile(program, "tool.py", "exec"), {"__name__": "__main__"})  # errors: a traceback on stderr
+
+
 def main() -> None:
+    if sys.argv[1] == "--script":
+        os.chdir(sys.argv[2])
+        return run_script(sys.argv[2])
     os.chdir(sys.argv[1])  # the candidate's scratch folder: the only place it may write
     out = io.TextIOWrapper(os.fdopen(os.dup(1), "wb"), encoding="utf-8")  # the protocol channel
     inp = io.TextIOWrapper(os.fdopen(os.dup(0), "rb"), encoding="utf-8")

@@ -131,6 +131,45 @@ def execute(
             return Outcome("crash")
 
 
+@dataclass(frozen=True)
+class ScriptRun:
+    """What a tool script gave: ``ok``, ``error`` (it raised: the last traceback line) or ``timeout``."""
+
+    status: str
+    output: str
+
+
+def run_script(code: str, timeout_s: float, memory_mb: int, sandbox: str, max_chars: int = 1000) -> ScriptRun:
+    """Run model-written ``code`` as a script in the jail (same limits as a candidate program); its stdout,
+    cut to ``max_chars``, is the output. Never raises."""
+    with tempfile.TemporaryDirectory(prefix="rlpost_tool_") as folder:
+        with open(os.path.join(folder, "program.py"), "w", encoding="utf-8") as handle:
+            handle.write(code)
+        with open(os.path.join(folder, "spec.json"), "w", encoding="utf-8") as handle:
+            json.dump({"memory_mb": memory_mb, "cpu_s": int(timeout_s) + 2}, handle)
+        command = [sys.executable, "-I", RUNNER, "--script", folder]
+        if use_bwrap(sandbox):
+            command = jail(folder, command)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+        try:
+            proc = subprocess.Popen(
+                command, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE, start_new_session=True,
+            )  # fmt: skip
+        except OSError as err:
+            return ScriptRun("error", str(err))
+        try:
+            stdout, stderr = proc.communicate(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            kill_group(proc)
+            return ScriptRun("timeout", f"the code ran past {timeout_s:g} s")
+        if proc.returncode != 0:
+            lines = stderr.decode(errors="replace").strip().splitlines()
+            reason = lines[-1] if lines else f"exit code {proc.returncode}"
+            return ScriptRun("timeout" if proc.returncode == -signal.SIGXCPU else "error", reason[:max_chars])
+        return ScriptRun("ok", stdout.decode(errors="replace")[:max_chars])
+
+
 def kill_group(proc: subprocess.Popen) -> None:
     try:
         os.killpg(proc.pid, signal.SIGKILL)

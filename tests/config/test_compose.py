@@ -34,7 +34,12 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("reward/combine", "decoupled"): ["reward=math_answer_format"],
     ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
-    ("data/env", "calculator"): ["reward=env"],  # an environment's reward reaches the run through reward=env
+    ("data/env", "calculator"): ["reward=env"],
+    ("data/env", "search"): ["reward=env"],
+    ("data/env", "python"): [
+        "reward=env",
+        "data.env.allow_unjailed_code=true",
+    ],  # builds with or without a jail  # an environment's reward reaches the run through reward=env
     ("data/env", "callable"): ["reward=env", "data.env.path=support_envs:CountDown"],
     ("data/env", "gym"): ["reward=env", "data.env.path=support_envs:GuessNumber"],
     ("reward", "env"): ["data/env=calculator"],  # the env term reads episodes

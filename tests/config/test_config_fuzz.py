@@ -56,7 +56,12 @@ CONTEXT: dict[str, list[str]] = {
     ],
     "algorithm/grad=": ["algorithm.grad.source=file", "algorithm.grad.path={subspace}"],
     "judge.backend=": ["reward=rubric"],  # a judge node: the rubric reward's
-    "data/env=calculator": ["reward=env"],  # an environment's reward reaches the run through reward=env
+    "data/env=calculator": ["reward=env"],
+    "data/env=search": ["reward=env"],
+    "data/env=python": [
+        "reward=env",
+        "data.env.allow_unjailed_code=true",
+    ],  # an environment's reward reaches the run through reward=env
     "data/env=callable": ["reward=env", "data.env.path=support_envs:CountDown"],
     "data/env=gym": ["reward=env", "data.env.path=support_envs:GuessNumber"],
     "algorithm/advantage=turn_grpo": ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes

@@ -1,0 +1,117 @@
+"""The Python tool environment: arithmetic (or any question with a numeric answer) with a ``<python>`` tool
+whose code runs in the jail (issue 18, env 1; the code-exec sandbox, rlpost/rewards/sandbox.py).
+
+Episode: as the calculator's (rlpost/envs/calculator.py), but a call is a program: ``<python>print(123 * 456)
+</python>`` is answered by one ``role="tool"`` observation with what it printed, ``<result>56088</result>``,
+or ``<error>ZeroDivisionError: division by zero</error>`` (its last traceback line), or ``<error>the code
+ran past 5 s</error>``. A turn without a call is the final answer: reward 1.0 when its last number equals
+the row's ``answer``.
+
+Model-written code never runs unjailed by accident: the code runs in bubblewrap (read-only root, a private
+scratch folder, no network, its own pid namespace; rlimits on memory, CPU, file size and processes). Where
+bubblewrap is not available, the environment refuses to start (before any model loads) unless
+``allow_unjailed_code: true`` says the user accepts that the code runs as them: it could read their files,
+write where they can and reach the network (only the rlimits hold). Choices where the issue is silent: the
+program's stdout is the result (nothing printed: an empty result), cut to ``max_output_chars``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Annotated, Any, Literal
+
+from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
+from rlpost.envs.calculator import final_answer_reward
+from rlpost.envs.tags import error_tag, find_calls, result_tag
+from rlpost.errors import ConfigError
+from rlpost.rewards.math_answer import gold_number
+from rlpost.rewards.sandbox import run_script, sandbox_available
+from rlpost.schema import Range
+from rlpost.transforms.base import add_note
+
+SYSTEM = (
+    "You can run Python. Write <python>code</python> and you will get what it prints as <result>output</result>. "
+    "When you know the answer, reply with it and no <python> tag.\n"
+    "Example. User: Calculate 12 * 34. You: <python>print(12 * 34)</python> Tool: <result>408</result> You: 408"
+)
+
+
+@dataclass(frozen=True)
+class PythonConfig(Environment.Config):
+    """The episode limits, the tool's limits and its jail."""
+
+    tool_timeout_s: Annotated[float, Range(gt=0)] = 5.0  # wall-clock seconds per program
+    memory_mb: Annotated[int, Range(ge=64)] = 256  # address space of the program (RLIMIT_AS)
+    max_output_chars: Annotated[int, Range(ge=1)] = 500  # printed output shown to the policy
+    sandbox: Literal["auto", "bwrap", "none"] = "auto"  # the jail when it works / require it / never
+    allow_unjailed_code: bool = False  # run model-written code without a jail when there is none (see the risk)
+    tag: str = "python"  # the tool-call tag: <python>code</python>
+
+
+@ENVS.register("python")
+class PythonTool(Environment):
+    """Questions with a numeric answer and a <python> tool that runs jailed; reward 1.0 for a correct answer."""
+
+    Config = PythonConfig
+    cfg: PythonConfig
+    runs_code = True
+
+    def __init__(self, cfg: PythonConfig):
+        super().__init__(cfg)
+        self.gold: float | None = None
+
+    def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
+        self.gold = gold_number(row.get("answer"))
+        return add_note(row_messages(row), SYSTEM.replace("python>", f"{self.cfg.tag}>"), "system")
+
+    def step(self, message: str) -> StepResult:
+        calls = find_calls(message, [self.cfg.tag])
+        if not calls:  # the final answer
+            reward = final_answer_reward(message, self.gold)
+            return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})
+        observations, errors = [], 0
+        for call in calls:
+            if call.error:
+                errors += 1
+                observations.append({"role": "tool", "content": error_tag(call.error)})
+                continue
+            cfg = self.cfg
+            run = run_script(call.argument, cfg.tool_timeout_s, cfg.memory_mb, self.jail_mode(), cfg.max_output_chars)
+            errors += run.status != "ok"
+            text = result_tag(run.output.strip()) if run.status == "ok" else error_tag(run.output)
+            observations.append({"role": "tool", "content": text})
+        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
+
+    def jail_mode(self) -> str:
+        """``bwrap`` or ``none`` as check_run allowed it."""
+        return "none" if self.cfg.sandbox == "none" or not sandbox_available() else "bwrap"
+
+    def check_run(self, run: Any) -> None:
+        super().check_run(run)
+        cfg = self.cfg
+        if cfg.tool_timeout_s >= cfg.step_timeout_s:
+            raise ConfigError(
+                f"data.env.tool_timeout_s={cfg.tool_timeout_s:g} must be below data.env.step_timeout_s="
+                f"{cfg.step_timeout_s:g}: a step runs every call of its turn"
+            )
+        jailed = cfg.sandbox != "none" and sandbox_available()
+        if cfg.sandbox == "bwrap" and not jailed:
+            raise ConfigError(
+                "data.env.sandbox=bwrap but bubblewrap is not available here (make setup installs it as root)."
+            )
+        if not jailed and not cfg.allow_unjailed_code:
+            why = "data.env.sandbox=none" if cfg.sandbox == "none" else "bubblewrap is not available here"
+            raise ConfigError(
+                f"data/env=python runs model-written code at every turn, and {why}: without a jail that code runs "
+                "as you and could read your files, write wherever you can and reach the network (only memory, CPU, "
+                "file-size and process limits hold). Install bubblewrap (make setup does, as root), or accept the "
+                "risk with data.env.allow_unjailed_code=true."
+            )
+
+    def describe(self) -> str:
+        tag = self.cfg.tag
+        return (
+            f"python: the policy may write <{tag}>code</{tag}>, run in a jail, and gets what it prints back as a "
+            "tool message; a turn without a call is the final answer, rewarded 1.0 at the end if it equals the "
+            "row's answer, else 0.0"
+        )
