@@ -37,6 +37,8 @@ ENVS = {  # environment -> overrides of its data (what `rlpost train data/env=<n
         "data.task_params.operators=[*]",
         "data.template='{question}'",
     ],
+    "frozen_worker": [],  # arithmetic questions; the worker is a frozen SmolLM2
+    "simulated_user": ["data=booking"],
 }
 
 

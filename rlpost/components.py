@@ -30,10 +30,12 @@ import rlpost.corrections.tis  # noqa: F401
 # environments (data/env)
 import rlpost.envs.calculator  # noqa: F401
 import rlpost.envs.callable  # noqa: F401
+import rlpost.envs.frozen_worker  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
 import rlpost.envs.none  # noqa: F401
 import rlpost.envs.python  # noqa: F401
 import rlpost.envs.search  # noqa: F401
+import rlpost.envs.simulated_user  # noqa: F401
 
 # gradient transforms
 import rlpost.grad.direction_monitor  # noqa: F401

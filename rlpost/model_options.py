@@ -9,12 +9,15 @@ policy's tokenizer (its token ids must mean the same), and adds TRL's fused log-
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
 from rlpost.errors import ConfigError
 
 MODEL_CONF = Path(__file__).resolve().parent.parent / "conf" / "model"
+_SHARED: dict[str, Any] = {}  # frozen_generator: one (model, tokenizer) per model config and process
+_SHARED_LOCK = threading.Lock()
 
 
 def named_model_config(name: str, overrides: dict[str, Any] | None, where: str, overrides_where: str):
@@ -45,3 +48,30 @@ def load_frozen(config, trainer):
     model = load_model(config).to(trainer.accelerator.device).eval().requires_grad_(False)
     add_fused_lm_head(model, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
     return model
+
+
+def frozen_generator(name: str, overrides: dict[str, Any] | None, where: str, overrides_where: str) -> tuple[Any, Any]:
+    """A frozen model that generates for an environment (a worker, a simulated user) and its tokenizer, loaded
+    once per process and shared by every episode; on the GPU when there is one."""
+    import torch
+
+    from rlpost.models import load_model, load_tokenizer
+
+    key = f"{name}:{sorted((overrides or {}).items())}"
+    with _SHARED_LOCK:
+        if key not in _SHARED:
+            config = named_model_config(name, overrides, where, overrides_where)
+            device = "cuda" if torch.cuda.is_available() else "cpu"
+            _SHARED[key] = (load_model(config).to(device).eval().requires_grad_(False), load_tokenizer(config))
+        return _SHARED[key]
+
+
+def generate_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], max_new_tokens: int) -> str:
+    """One greedy chat reply of a frozen model to ``messages``."""
+    import torch
+
+    ids = tokenizer.apply_chat_template(messages, add_generation_prompt=True, return_tensors="pt", return_dict=True)
+    ids = {k: v.to(model.device) for k, v in ids.items()}
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, ids["input_ids"].size(1) :], skip_special_tokens=True)

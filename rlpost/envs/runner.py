@@ -59,6 +59,7 @@ class EpisodeResult:
     error: str | None = None  # the environment's exception (reset or step), or the timeout
     ended: str = "done"
     logprobs: list[float] | None = None  # [C] sampling log-probs (0.0 on observation tokens), when kept
+    infos: list[dict[str, Any]] = field(default_factory=list)  # [turns answered] each step's info
 
     @property
     def reward(self) -> float | None:
@@ -191,6 +192,7 @@ def run_episodes(
                 result.error, result.ended = _describe(err), "error"
                 continue
             result.turn_rewards.append(step.reward)
+            result.infos.append(dict(step.info))
             result.tool_calls += int(step.info.get("tool_calls", 0))
             result.tool_errors += int(step.info.get("tool_errors", 0))
             if step.done:
@@ -230,6 +232,7 @@ def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:
         "rlpost_env_turn_rewards": [[0.0 if x is None else float(x) for x in r.turn_rewards] for r in results],
         "rlpost_env_messages": [r.messages for r in results],
         "rlpost_env_start": [r.start for r in results],
+        "rlpost_env_infos": [r.infos for r in results],
     }
 
 

@@ -36,6 +36,8 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
     ("data/env", "calculator"): ["reward=env"],
     ("data/env", "search"): ["reward=env"],
+    ("data/env", "frozen_worker"): ["reward=env"],
+    ("data/env", "simulated_user"): ["reward=env", "data=booking"],
     ("data/env", "python"): [
         "reward=env",
         "data.env.allow_unjailed_code=true",

@@ -58,6 +58,8 @@ CONTEXT: dict[str, list[str]] = {
     "judge.backend=": ["reward=rubric"],  # a judge node: the rubric reward's
     "data/env=calculator": ["reward=env"],
     "data/env=search": ["reward=env"],
+    "data/env=frozen_worker": ["reward=env"],
+    "data/env=simulated_user": ["reward=env", "data=booking"],
     "data/env=python": [
         "reward=env",
         "data.env.allow_unjailed_code=true",

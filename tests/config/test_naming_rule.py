@@ -110,6 +110,7 @@ HELPERS: dict[str, str] = {
     "envs/episode.py": "the token view of one episode: ids and the trained-token mask",
     "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
     "envs/search_data.py": "the bundled search corpus and questions (python -m rlpost.envs.search_data)",
+    "envs/booking_data.py": "the bundled simulated-user task (python -m rlpost.envs.booking_data)",
 }
 BASE_BUNDLE = "grpo"
 

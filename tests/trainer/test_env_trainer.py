@@ -144,3 +144,21 @@ def test_show_explains_the_episode():
         "trajectory-level",
     ):
         assert words in text
+
+
+def test_frozen_worker_episodes_train(tmp_path):
+    worker = [
+        "data/env=frozen_worker",
+        "reward=env",
+        "data.env.worker_model=tiny-random",
+        "data.env.worker_max_new_tokens=4",
+    ]
+    trainer, _ = env_trainer([*worker, "train.steps=2"], tmp_path)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    logs = step_logs(trainer)
+    assert [log["env/turns"] for log in logs] == [1.0, 1.0] and all(log["env/failures"] == 0 for log in logs)
+    # a random worker never answers correctly: every reward is 0 and no parameter has a gradient to follow,
+    # but the step ran end to end through the worker (finite loss)
+    assert all(math.isfinite(log["loss"]) and log["reward"] == 0.0 for log in logs)
+    assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())

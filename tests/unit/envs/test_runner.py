@@ -143,7 +143,7 @@ def test_user_environment_by_import_path_and_the_gymnasium_adapter(tok):
 
 
 def test_bad_environment_config_is_a_clear_error():
-    with pytest.raises(ConfigError, match="Valid choices: calculator, callable, gym, none"):
+    with pytest.raises(ConfigError, match="Did you mean .calculator.. Valid choices: calculator, callable, frozen_worker, gym, none, python, search, simulated_user"):
         build_env({"name": "calculater"})
     with pytest.raises(ConfigError, match="data.env.max_turns"):
         build_env({"name": "calculator", "max_turns": 0})
