@@ -48,6 +48,28 @@ class PythonConfig(Environment.Config):
     tag: str = "python"  # the tool-call tag: <python>code</python>
 
 
+def jail_mode(cfg: Any) -> str:
+    """``bwrap`` or ``none`` for an environment config with ``sandbox`` (as ``check_jail`` allowed it)."""
+    return "none" if cfg.sandbox == "none" or not sandbox_available() else "bwrap"
+
+
+def check_jail(cfg: Any, name: str) -> None:
+    """Refuse to run model-written code without a jail unless ``allow_unjailed_code`` accepts the risk."""
+    jailed = cfg.sandbox != "none" and sandbox_available()
+    if cfg.sandbox == "bwrap" and not jailed:
+        raise ConfigError(
+            "data.env.sandbox=bwrap but bubblewrap is not available here (make setup installs it as root)."
+        )
+    if not jailed and not cfg.allow_unjailed_code:
+        why = "data.env.sandbox=none" if cfg.sandbox == "none" else "bubblewrap is not available here"
+        raise ConfigError(
+            f"data/env={name} runs model-written code at every turn, and {why}: without a jail that code runs "
+            "as you and could read your files, write wherever you can and reach the network (only memory, CPU, "
+            "file-size and process limits hold). Install bubblewrap (make setup does, as root), or accept the "
+            "risk with data.env.allow_unjailed_code=true."
+        )
+
+
 @ENVS.register("python")
 class PythonTool(Environment):
     """Questions with a numeric answer and a <python> tool that runs jailed; reward 1.0 for a correct answer."""
@@ -76,37 +98,20 @@ class PythonTool(Environment):
                 observations.append({"role": "tool", "content": error_tag(call.error)})
                 continue
             cfg = self.cfg
-            run = run_script(call.argument, cfg.tool_timeout_s, cfg.memory_mb, self.jail_mode(), cfg.max_output_chars)
+            run = run_script(call.argument, cfg.tool_timeout_s, cfg.memory_mb, jail_mode(cfg), cfg.max_output_chars)
             errors += run.status != "ok"
             text = result_tag(run.output.strip()) if run.status == "ok" else error_tag(run.output)
             observations.append({"role": "tool", "content": text})
         return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
 
-    def jail_mode(self) -> str:
-        """``bwrap`` or ``none`` as check_run allowed it."""
-        return "none" if self.cfg.sandbox == "none" or not sandbox_available() else "bwrap"
-
     def check_run(self, run: Any) -> None:
         super().check_run(run)
-        cfg = self.cfg
-        if cfg.tool_timeout_s >= cfg.step_timeout_s:
+        if self.cfg.tool_timeout_s >= self.cfg.step_timeout_s:
             raise ConfigError(
-                f"data.env.tool_timeout_s={cfg.tool_timeout_s:g} must be below data.env.step_timeout_s="
-                f"{cfg.step_timeout_s:g}: a step runs every call of its turn"
+                f"data.env.tool_timeout_s={self.cfg.tool_timeout_s:g} must be below data.env.step_timeout_s="
+                f"{self.cfg.step_timeout_s:g}: a step runs every call of its turn"
             )
-        jailed = cfg.sandbox != "none" and sandbox_available()
-        if cfg.sandbox == "bwrap" and not jailed:
-            raise ConfigError(
-                "data.env.sandbox=bwrap but bubblewrap is not available here (make setup installs it as root)."
-            )
-        if not jailed and not cfg.allow_unjailed_code:
-            why = "data.env.sandbox=none" if cfg.sandbox == "none" else "bubblewrap is not available here"
-            raise ConfigError(
-                f"data/env=python runs model-written code at every turn, and {why}: without a jail that code runs "
-                "as you and could read your files, write wherever you can and reach the network (only memory, CPU, "
-                "file-size and process limits hold). Install bubblewrap (make setup does, as root), or accept the "
-                "risk with data.env.allow_unjailed_code=true."
-            )
+        check_jail(self.cfg, "python")
 
     def describe(self) -> str:
         tag = self.cfg.tag

@@ -7,7 +7,8 @@ runs the test statements in its own namespace, where each function of the progra
 the call to the candidate and reads the result back as a Python literal (``ast.literal_eval``: a value,
 never code). So the program cannot write the verdict, read the tests, or change what a test compares
 with. The verdict goes to the parent as one line on stdout, the parent's nonce (read from stdin before
-the candidate starts) then ``{"status", "passed", "total", "detail"}``; the parent ignores any other line.
+the candidate starts) then ``{"status", "passed", "total", "detail", "first_failure"}`` (the first failing
+test statement and its error); the parent ignores any other line.
 It imports nothing from rlpost.
 
 Counting, as before: with an ``entry_point`` the tests define ``check(candidate)`` (HumanEval's form) and
@@ -140,7 +141,7 @@ def judge(spec: dict, tests: str, command: list[str]) -> dict:
             if entry_point not in loaded.get("callables", []):
                 return {"status": "no_entry_point", "passed": 0, "total": total, "detail": entry_point}
             namespace["candidate"] = namespace[entry_point]
-        passed, status, detail = 0, "ok", None
+        passed, status, detail, failure = 0, "ok", None, None
         for stmt in body:
             is_test = has_assert(stmt)
             try:
@@ -153,7 +154,9 @@ def judge(spec: dict, tests: str, command: list[str]) -> dict:
             except BaseException as err:  # noqa: BLE001
                 if not is_test and status == "ok":
                     status, detail = "crash", f"setup failed: {err!r}"[:200]
-        return {"status": status, "passed": passed, "total": total, "detail": detail}
+                if is_test and failure is None:  # what a repair loop shows the policy
+                    failure = f"{ast.unparse(stmt)[:200]}  ->  {type(err).__name__}: {err}"[:300]
+        return {"status": status, "passed": passed, "total": total, "detail": detail, "first_failure": failure}
     except CandidateGone as gone:  # a hang, a death or a broken channel scores nothing, whatever passed before
         return {"status": gone.status, "passed": 0, "total": total, "detail": str(gone)}
     finally:

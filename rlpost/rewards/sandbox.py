@@ -46,6 +46,8 @@ class Outcome:
     status: str
     passed: int = 0
     total: int = 0
+    detail: str | None = None  # why it did not run cleanly (a syntax error, a crash, the timeout)
+    first_failure: str | None = None  # the first failing test statement and its error
 
 
 def use_bwrap(sandbox: str) -> bool:
@@ -126,7 +128,8 @@ def execute(
         ]
         try:
             verdict = json.loads(lines[-1])
-            return Outcome(str(verdict["status"]), int(verdict["passed"]), int(verdict["total"]))
+            return Outcome(str(verdict["status"]), int(verdict["passed"]), int(verdict["total"]),
+                           verdict.get("detail"), verdict.get("first_failure"))  # fmt: skip
         except (ValueError, KeyError, TypeError, IndexError):
             return Outcome("crash")
 

@@ -37,6 +37,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("data/env", "calculator"): ["reward=env"],
     ("data/env", "search"): ["reward=env"],
     ("data/env", "frozen_worker"): ["reward=env"],
+    ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["reward=env", "data=booking"],
     ("data/env", "python"): [
         "reward=env",

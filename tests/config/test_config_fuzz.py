@@ -59,6 +59,7 @@ CONTEXT: dict[str, list[str]] = {
     "data/env=calculator": ["reward=env"],
     "data/env=search": ["reward=env"],
     "data/env=frozen_worker": ["reward=env"],
+    "data/env=code_repair": ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     "data/env=simulated_user": ["reward=env", "data=booking"],
     "data/env=python": [
         "reward=env",

@@ -70,6 +70,6 @@ def test_without_a_jail_it_refuses_unless_the_risk_is_accepted(monkeypatch):
     with pytest.raises(ConfigError, match="sandbox=bwrap but bubblewrap is not available"):
         build_run(compose([*base, "data.env.sandbox=bwrap"]))
     run = build_run(compose([*base, "data.env.allow_unjailed_code=true"]))
-    assert run.env.jail_mode() == "none"
+    assert python_env.jail_mode(run.env.cfg) == "none"
     with pytest.raises(ConfigError, match="tool_timeout_s=20 must be below data.env.step_timeout_s=15"):
         build_run(compose([*base, "data.env.allow_unjailed_code=true", "data.env.tool_timeout_s=20"]))

@@ -11,7 +11,7 @@ import math
 import pytest
 
 import rlpost.components  # noqa: F401  (registers every component)
-from rlpost.envs.base import StepResult, build_env
+from rlpost.envs.base import ENVS, StepResult, build_env
 from rlpost.envs.runner import ChatRenderer, episode_fields, run_episodes
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig, load_tokenizer
@@ -143,7 +143,10 @@ def test_user_environment_by_import_path_and_the_gymnasium_adapter(tok):
 
 
 def test_bad_environment_config_is_a_clear_error():
-    with pytest.raises(ConfigError, match="Did you mean .calculator.. Valid choices: calculator, callable, frozen_worker, gym, none, python, search, simulated_user"):
+    with pytest.raises(
+        ConfigError,
+        match=f"Did you mean .calculator.. Valid choices: {', '.join(ENVS.names())}",
+    ):
         build_env({"name": "calculater"})
     with pytest.raises(ConfigError, match="data.env.max_turns"):
         build_env({"name": "calculator", "max_turns": 0})
