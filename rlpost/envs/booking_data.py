@@ -4,7 +4,8 @@ in advance; the policy must ask.
 
     python -m rlpost.envs.booking_data    # rewrites recipes/data/booking{,_eval}.jsonl
 
-Rows: ``question`` (the traveller's opening line, which never states the goal), ``answer`` ("city, day,
+Rows: ``question`` (the traveller's opening line with a name, so that no two rows share a prompt; it never
+states the goal), ``answer`` ("city, day,
 class", for logs), and the hidden goal as ``goal_city``, ``goal_day``, ``goal_class``: 100 training and 40
 held-out rows, held-out goals not among the training ones. Deterministic from ``SEED``.
 """
@@ -14,6 +15,8 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
+
+from rlpost.envs.search_data import FIRST, LAST
 
 SEED = 20261205
 CITIES = ["Varnholm", "Teskara", "Lowmere", "Brisca", "Ondrel", "Caldry", "Fennick", "Istra", "Jovell", "Lorn"]
@@ -30,11 +33,12 @@ def build(seed: int = SEED) -> tuple[list[dict], list[dict]]:
     goals = [(c, d, k) for c in CITIES for d in DAYS for k in CLASSES]
     rng.shuffle(goals)
     held_out_goals, train_goals = goals[:40], goals[40:]
+    names = iter(rng.sample([f"{first} {last}" for first in FIRST for last in LAST], len(goals)))
 
-    def row(goal: tuple[str, str, str]) -> dict:
+    def row(goal: tuple[str, str, str]) -> dict:  # a traveller's name makes every opening line distinct
         city, day, ticket = goal
-        return {"question": rng.choice(OPENINGS), "answer": f"{city}, {day}, {ticket}", "goal_city": city,
-                "goal_day": day, "goal_class": ticket}  # fmt: skip
+        return {"question": f"Hi, I'm {next(names)}. {rng.choice(OPENINGS)}", "answer": f"{city}, {day}, {ticket}",
+                "goal_city": city, "goal_day": day, "goal_class": ticket}  # fmt: skip
 
     return [row(g) for g in train_goals], [row(g) for g in held_out_goals]
 
