@@ -37,7 +37,7 @@ ENVS = {  # environment -> overrides of its data (what `rlpost train data/env=<n
         "data.task_params.operators=[*]",
         "data.template='{question}'",
     ],
-    "frozen_worker": [],  # arithmetic questions; the worker is a frozen SmolLM2
+    "frozen_worker": ["train.max_completion_length=64"],  # arithmetic questions; the worker is a frozen SmolLM2
     "simulated_user": ["data=booking"],
 }
 
@@ -56,11 +56,15 @@ def main(names: list[str]) -> None:
         with torch.no_grad():
             results = run_episodes(run.env, [rows[i] for i in range(len(rows))], list(range(len(rows))), renderer,
                                    turns, {tok.eos_token_id})  # fmt: skip
-        pick = next((i for i, r in enumerate(results) if r.tool_calls), 0)
+        pick, which = next(
+            ((i, "the first with a tool call") for i, r in enumerate(results) if r.tool_calls), (None, "")
+        )
+        if pick is None:
+            pick, which = next(((i, "the first not cut by the length cap") for i, r in enumerate(results)
+                                if r.ended != "truncated"), (0, "the first (every episode was cut by the length cap)"))  # fmt: skip
         out = ROOT / "docs" / "transcripts" / f"{name}.md"
         out.parent.mkdir(parents=True, exist_ok=True)
         calls = sum(r.tool_calls > 0 for r in results)
-        which = "the first with a tool call" if calls else "the first (none called the tool)"
         header = (
             f"# Transcript: data/env={name}\n\nSmolLM2-135M-Instruct, sampled at temperature 1 (seed 0), "
             f"{len(results)} episodes; this is episode {pick + 1}, {which} ({calls} of {len(results)} episodes "

@@ -268,6 +268,10 @@ def transcript(result: EpisodeResult, renderer: ChatRenderer) -> str:
             label = "trained: the policy's tokens" if mask[start] else "context: not trained"
             lines += [f"[{label}]", "```text", renderer.tokenizer.decode(ids[start:end]), "```"]
             start = end
+    for turn, info in enumerate(result.infos, 1):  # what the environment reported (e.g. a worker's answer)
+        shown = {k: v for k, v in info.items() if k not in ("tool_calls", "tool_errors")}
+        if shown:
+            lines += [f"Turn {turn} info: {shown}"]
     lines += ["", f"Reward {result.reward}, turns {result.episode.turns}, ended: {result.ended}, "
               f"trained tokens {result.episode.trained_tokens} of {len(ids)}."]  # fmt: skip
     return "\n".join(lines)

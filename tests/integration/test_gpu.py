@@ -6,6 +6,7 @@
 - rlpost reproduces plain TRL on the GPU (fp32, same tolerances as on CPU: 1e-5 with TRL's computation).
 - DeepSpeed ZeRO-2 and ZeRO-3 on one GPU (rlpost sets the single-process rendezvous itself).
 - SIGKILL between checkpoints, then ``resume=auto``, matches an uninterrupted run (CUDA RNG restored).
+- Environment episodes (a frozen worker model on the GPU inside the environment) train and evaluate.
 """
 
 from __future__ import annotations
@@ -112,3 +113,17 @@ def test_sigkill_then_resume_matches_uninterrupted_on_gpu(tmp_path):
                 want[key],
                 got[key],
             )
+
+
+def test_episodes_train_and_evaluate_on_gpu(tmp_path):
+    # a frozen worker model on the GPU inside the environment, episodes through TRL's rollout_func, held-out episodes
+    worker = ["data/env=frozen_worker", "data.env.worker_model=tiny-random", "data.env.worker_max_new_tokens=4"]
+    terms = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+    code, _, err = finish(launch(tmp_path, *GPU, "eval.at_end=true", *worker, terms))
+    assert code == 0, err[-4000:]
+    (run,) = run_dirs(tmp_path)
+    rows = metrics(run)
+    assert [r["step"] for r in rows] == [1, 2]
+    assert all(r["env/turns"] == 1.0 and r["env/failures"] == 0 and math.isfinite(r["loss"]) for r in rows)
+    after = json.loads((run / "summary.json").read_text())["after"]
+    assert after["eval/env/turns"] == 1.0 and math.isfinite(after["eval/reward"])
