@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from rlpost.component import Component
 from rlpost.errors import ConfigError
@@ -130,6 +130,10 @@ class Environment(Component):
             f"(reward.on_failure={on_failure})",
         ]
 
+    def tools(self) -> list[dict[str, Any]]:
+        """JSON schemas of the tools the chat template renders into the prompt (``tools=``); none by default."""
+        return []
+
     def fresh(self) -> Environment:
         """A new environment of this kind and config: one per episode."""
         return type(self)(self.cfg)
@@ -138,6 +142,62 @@ class Environment(Component):
     def active(self) -> bool:
         """False only for ``none`` (single-turn completions, no episode loop)."""
         return True
+
+
+@dataclass(frozen=True)
+class ToolConfig(Environment.Config):
+    """The episode limits and how the policy calls the environment's tool (rlpost/envs/tags.py)."""
+
+    tag: str = "tool"  # the tool's name: <tag>argument</tag>, or the function name in chat-template calls
+    tool_format: Literal["tags", "chat_template"] = "tags"  # the tag protocol, or the model's own tool calls
+
+
+class ToolEnvironment(Environment):
+    """An environment with one tool of one string argument, called in either format (``tool_format``).
+
+    Subclasses set ``ARGUMENT`` (the argument's name in chat-template calls), ``TOOL`` and ``ARGUMENT_DOC``
+    (their descriptions), and ``SYSTEM`` (the tag protocol's instructions, written for the tag ``TAG_IN_SYSTEM``).
+    """
+
+    cfg: ToolConfig
+    ARGUMENT = "input"
+    TOOL = ""
+    ARGUMENT_DOC = ""
+    SYSTEM = ""
+    TAG_IN_SYSTEM = "tool"
+
+    def tools(self) -> list[dict[str, Any]]:
+        from rlpost.envs.tags import tool_schema
+
+        if self.cfg.tool_format != "chat_template":
+            return []
+        return [tool_schema(self.cfg.tag, self.TOOL, self.ARGUMENT, self.ARGUMENT_DOC)]
+
+    def instructions(self) -> str:
+        """The system note: the tag protocol spelled out, or (chat-template calls) when to stop calling."""
+        if self.cfg.tool_format == "chat_template":
+            return (
+                f"Call the {self.cfg.tag} tool when it helps. When you know the answer, reply with it and call no tool."
+            )
+        return self.SYSTEM.replace(f"{self.TAG_IN_SYSTEM}>", f"{self.cfg.tag}>")
+
+    def calls(self, message: str) -> list[Any]:
+        """The tool calls of one assistant message (``rlpost.envs.tags.ToolCall``), malformed ones included."""
+        from rlpost.envs.tags import tool_calls
+
+        return tool_calls(message, self.cfg.tool_format, self.cfg.tag, self.ARGUMENT)
+
+    def check_run(self, run: Any) -> None:
+        super().check_run(run)
+        if self.cfg.tool_format == "chat_template":
+            from rlpost.envs.tags import template_has_tools
+            from rlpost.models import load_tokenizer
+
+            if not template_has_tools(load_tokenizer(run.model)):
+                raise ConfigError(
+                    f"data.env.tool_format=chat_template needs a chat template with tool calls, and "
+                    f"{run.model.display_name}'s has none; use data.env.tool_format=tags (the tag protocol)."
+                )
 
 
 def row_messages(row: dict[str, Any]) -> list[Message]:

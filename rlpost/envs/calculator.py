@@ -22,8 +22,8 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
-from rlpost.envs.tags import error_tag, find_calls, result_tag
+from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
+from rlpost.envs.tags import error_tag, result_tag
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.schema import Range
 from rlpost.transforms.base import add_note
@@ -42,8 +42,8 @@ class CalcError(ValueError):
 
 
 @dataclass(frozen=True)
-class CalculatorConfig(Environment.Config):
-    """The episode limits, the tool's limits and its tag."""
+class CalculatorConfig(ToolConfig):
+    """The episode limits, the tool's limits, its tag and call format."""
 
     max_chars: Annotated[int, Range(ge=1)] = 200  # longest expression
     max_exponent: Annotated[int, Range(ge=0)] = 64  # largest |exponent| of **
@@ -99,11 +99,13 @@ def final_answer_reward(message: str, gold: float | None) -> float:
 
 
 @ENVS.register("calculator")
-class Calculator(Environment):
-    """Arithmetic with a <calc> tool (tag protocol); reward 1.0 for a correct final answer."""
+class Calculator(ToolEnvironment):
+    """Arithmetic with a <calc> tool (tag protocol or chat-template calls); reward 1.0 for a correct final answer."""
 
     Config = CalculatorConfig
     cfg: CalculatorConfig
+    ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "expression", "Evaluate an arithmetic expression.", SYSTEM, "calc"
+    ARGUMENT_DOC = "numbers, + - * / // % ** and parentheses"
 
     def __init__(self, cfg: CalculatorConfig):
         super().__init__(cfg)
@@ -112,11 +114,10 @@ class Calculator(Environment):
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         self.gold = gold_number(row.get("answer"))
         messages = row_messages(row)
-        system = SYSTEM.replace("calc>", f"{self.cfg.tag}>")
-        return add_note(messages, system, "system")
+        return add_note(messages, self.instructions(), "system")
 
     def step(self, message: str) -> StepResult:
-        calls = find_calls(message, [self.cfg.tag])
+        calls = self.calls(message)
         if not calls:  # the final answer
             reward = final_answer_reward(message, self.gold)
             return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})

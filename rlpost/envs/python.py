@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
+from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.calculator import final_answer_reward
-from rlpost.envs.tags import error_tag, find_calls, result_tag
+from rlpost.envs.tags import error_tag, result_tag
 from rlpost.errors import ConfigError
 from rlpost.rewards.math_answer import gold_number
 from rlpost.rewards.sandbox import run_script, sandbox_available
@@ -37,7 +37,7 @@ SYSTEM = (
 
 
 @dataclass(frozen=True)
-class PythonConfig(Environment.Config):
+class PythonConfig(ToolConfig):
     """The episode limits, the tool's limits and its jail."""
 
     tool_timeout_s: Annotated[float, Range(gt=0)] = 5.0  # wall-clock seconds per program
@@ -71,11 +71,13 @@ def check_jail(cfg: Any, name: str) -> None:
 
 
 @ENVS.register("python")
-class PythonTool(Environment):
+class PythonTool(ToolEnvironment):
     """Questions with a numeric answer and a <python> tool that runs jailed; reward 1.0 for a correct answer."""
 
     Config = PythonConfig
     cfg: PythonConfig
+    ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "code", "Run a Python program and return what it prints.", SYSTEM, "python"
+    ARGUMENT_DOC = "the program"
     runs_code = True
 
     def __init__(self, cfg: PythonConfig):
@@ -84,10 +86,10 @@ class PythonTool(Environment):
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         self.gold = gold_number(row.get("answer"))
-        return add_note(row_messages(row), SYSTEM.replace("python>", f"{self.cfg.tag}>"), "system")
+        return add_note(row_messages(row), self.instructions(), "system")
 
     def step(self, message: str) -> StepResult:
-        calls = find_calls(message, [self.cfg.tag])
+        calls = self.calls(message)
         if not calls:  # the final answer
             reward = final_answer_reward(message, self.gold)
             return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})

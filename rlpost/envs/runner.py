@@ -83,9 +83,17 @@ class ChatRenderer:
         )  # fmt: skip
         return list(out["input_ids"] if isinstance(out, dict) else out)
 
-    def prompt_ids(self, messages: list[Message]) -> list[int]:
-        """The first messages, ending with the assistant header."""
+    def prompt_ids(self, messages: list[Message], tools: list[dict[str, Any]] | None = None) -> list[int]:
+        """The first messages (and the tools' schemas, for chat-template tool calls), ending with the assistant header."""
+        if tools:
+            return self._ids_with(messages, tools)
         return self._ids(messages, add_generation_prompt=True)
+
+    def _ids_with(self, messages: list[Message], tools: list[dict[str, Any]]) -> list[int]:
+        out = self.tokenizer.apply_chat_template(
+            messages, tools=tools, add_generation_prompt=True, tokenize=True, return_dict=False, **self.template_kwargs
+        )
+        return list(out["input_ids"] if isinstance(out, dict) else out)
 
     def observation_ids(self, observations: list[Message]) -> list[int]:
         """The tokens after an assistant turn's end-of-turn token: the template's rest of that turn, the
@@ -159,7 +167,7 @@ def run_episodes(
             result.episode.add_observation([renderer.tokenizer.eos_token_id])  # untrained: every row has a completion
             results.append(result)
             continue
-        results.append(EpisodeResult(Episode(renderer.prompt_ids(start)), start))
+        results.append(EpisodeResult(Episode(renderer.prompt_ids(start, slot.tools())), start))
     running = [i for i, r in enumerate(results) if r.error is None]
     for turn in range(cfg.max_turns):
         if not running:

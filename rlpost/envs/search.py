@@ -24,8 +24,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
-from rlpost.envs.tags import error_tag, find_calls
+from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
+from rlpost.envs.tags import error_tag
 from rlpost.schema import PathSpec, Range, resolve_data_path
 from rlpost.transforms.base import add_note
 
@@ -40,7 +40,7 @@ _LOCK = threading.Lock()
 
 
 @dataclass(frozen=True)
-class SearchConfig(Environment.Config):
+class SearchConfig(ToolConfig):
     """The episode limits, the corpus and how many documents a query returns."""
 
     corpus: Annotated[str, PathSpec("jsonl_file")] = "recipes/data/search_corpus.jsonl"  # jsonl of {"id", "text"}
@@ -80,11 +80,13 @@ def contains_answer(text: str, answer: str) -> bool:
 
 
 @ENVS.register("search")
-class Search(Environment):
+class Search(ToolEnvironment):
     """Questions over a bundled corpus with a <search> tool (BM25, bm25s); reward 1.0 for a correct final answer."""
 
     Config = SearchConfig
     cfg: SearchConfig
+    ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "query", "Search the document collection.", SYSTEM, "search"
+    ARGUMENT_DOC = "what to search for"
 
     def __init__(self, cfg: SearchConfig):
         super().__init__(cfg)
@@ -92,10 +94,10 @@ class Search(Environment):
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         self.answer = str(row.get("answer", ""))
-        return add_note(row_messages(row), SYSTEM.replace("search>", f"{self.cfg.tag}>"), "system")
+        return add_note(row_messages(row), self.instructions(), "system")
 
     def step(self, message: str) -> StepResult:
-        calls = find_calls(message, [self.cfg.tag])
+        calls = self.calls(message)
         if not calls:  # the final answer
             reward = 1.0 if contains_answer(message, self.answer) else 0.0
             return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})

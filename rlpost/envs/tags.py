@@ -1,15 +1,27 @@
-"""The tag tool-call protocol: a model that has no chat-template tool calls writes ``<calc>12*7</calc>``.
+"""Tool calls in the two formats an environment's tool understands (``tool_format``).
 
-``find_calls(text, tags)`` returns the calls in order, and an error for each malformed one (an opened
-tag that is never closed, or a nested one): a malformed call becomes an error observation, never an
-exception, so the run goes on (issue 18, Faults). A tag name is letters, digits and underscores.
-Results go back as ``<result>...</result>`` (``result_tag``), errors as ``<error>...</error>``.
+- ``tags`` (any model can learn it): ``<calc>12*7</calc>``. ``find_calls(text, tags)`` returns the calls in
+  order, and an error for each malformed one (an opened tag that is never closed, or a nested one).
+- ``chat_template`` (the model's own tool calls, where its chat template has them): the tool's JSON schema
+  (``tool_schema``) is rendered by the template (``tools=``), and the model calls it the Hermes way that
+  Qwen2.5-style templates teach, ``<tool_call>{"name": "calc", "arguments": {"expression": "12*7"}}</tool_call>``.
+  ``tool_calls(text, "chat_template", ...)`` parses those; bad JSON, another tool's name or a missing argument
+  is a malformed call.
+
+A malformed call becomes an error observation, never an exception, so the run goes on (issue 18, Faults).
+A tag name is letters, digits and underscores. Results go back as ``<result>...</result>``
+(``result_tag``), errors as ``<error>...</error>``; in ``chat_template`` format they are ``role="tool"``
+messages, which the template renders as tool responses.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from dataclasses import dataclass
+from typing import Any, Literal
+
+ToolFormat = Literal["tags", "chat_template"]
 
 
 @dataclass(frozen=True)
@@ -47,3 +59,56 @@ def result_tag(value: str) -> str:
 
 def error_tag(message: str) -> str:
     return f"<error>{message}</error>"
+
+
+def tool_calls(text: str, fmt: ToolFormat, tag: str, argument: str) -> list[ToolCall]:
+    """The calls of the tool named ``tag`` in ``text``; in ``chat_template`` format its JSON ``arguments[argument]``."""
+    if fmt == "tags":
+        return find_calls(text, [tag])
+    calls = []
+    for raw in find_calls(text, ["tool_call"]):
+        if raw.error:
+            calls.append(ToolCall(tag, raw.argument, raw.error))
+            continue
+        try:
+            call = json.loads(raw.argument)
+        except ValueError:
+            calls.append(ToolCall(tag, raw.argument, "the tool call is not valid JSON"))
+            continue
+        if not isinstance(call, dict) or call.get("name") != tag:
+            name = call.get("name") if isinstance(call, dict) else None
+            calls.append(ToolCall(tag, raw.argument, f"unknown tool {name!r}; the tool is {tag!r}"))
+            continue
+        value = (call.get("arguments") or {}).get(argument) if isinstance(call.get("arguments"), dict) else None
+        if not isinstance(value, str):
+            calls.append(ToolCall(tag, raw.argument, f"the call needs a string argument {argument!r}"))
+            continue
+        calls.append(ToolCall(tag, value.strip()))
+    return calls
+
+
+def tool_schema(tag: str, description: str, argument: str, argument_description: str) -> dict[str, Any]:
+    """The JSON schema of a one-argument tool, as chat templates take it (``tools=[...]``)."""
+    return {
+        "type": "function",
+        "function": {
+            "name": tag,
+            "description": description,
+            "parameters": {
+                "type": "object",
+                "properties": {argument: {"type": "string", "description": argument_description}},
+                "required": [argument],
+            },
+        },
+    }
+
+
+def template_has_tools(tokenizer: Any) -> bool:
+    """Whether the tokenizer's chat template renders a tool list (so the model knows tool calls)."""
+    messages = [{"role": "user", "content": "x"}]
+    probe = tool_schema("probe_tool_zq", "d", "a", "d")
+    try:
+        with_tools = tokenizer.apply_chat_template(messages, tools=[probe], tokenize=False)
+    except Exception:  # noqa: BLE001 - a template that cannot take tools has none
+        return False
+    return "probe_tool_zq" in with_tools
