@@ -159,6 +159,7 @@ class ToolEnvironment(Environment):
     (their descriptions), and ``SYSTEM`` (the tag protocol's instructions, written for the tag ``TAG_IN_SYSTEM``).
     """
 
+    Config = ToolConfig
     cfg: ToolConfig
     ARGUMENT = "input"
     TOOL = ""
