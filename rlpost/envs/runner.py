@@ -111,7 +111,10 @@ class ChatRenderer:
         return full[len(prefix) :]
 
     def decode(self, ids: list[int]) -> str:
-        return self.tokenizer.decode(ids, skip_special_tokens=True)
+        """A turn's text for the environment: every token but the end-of-turn / padding ones, special tokens
+        included (a chat template's tool-call markers, e.g. Qwen's ``<tool_call>``, are special tokens)."""
+        ends = {self.tokenizer.eos_token_id, self.tokenizer.pad_token_id}
+        return self.tokenizer.decode([t for t in ids if t not in ends], skip_special_tokens=False)
 
 
 def timed_step(env: Environment, text: str, timeout_s: float) -> StepResult:

@@ -5,8 +5,9 @@
 - ``chat_template`` (the model's own tool calls, where its chat template has them): the tool's JSON schema
   (``tool_schema``) is rendered by the template (``tools=``), and the model calls it the Hermes way that
   Qwen2.5-style templates teach, ``<tool_call>{"name": "calc", "arguments": {"expression": "12*7"}}</tool_call>``.
-  ``tool_calls(text, "chat_template", ...)`` parses those; bad JSON, another tool's name or a missing argument
-  is a malformed call.
+  ``tool_calls(text, "chat_template", ...)`` parses those, and a reply that is nothing but such a JSON object
+  (small models, e.g. Qwen2.5-Coder-0.5B, often drop the tags); bad JSON, another tool's name or a missing
+  argument is a malformed call.
 
 A malformed call becomes an error observation, never an exception, so the run goes on (issue 18, Faults).
 A tag name is letters, digits and underscores. Results go back as ``<result>...</result>``
@@ -66,7 +67,11 @@ def tool_calls(text: str, fmt: ToolFormat, tag: str, argument: str) -> list[Tool
     if fmt == "tags":
         return find_calls(text, [tag])
     calls = []
-    for raw in find_calls(text, ["tool_call"]):
+    raws = find_calls(text, ["tool_call"])
+    bare = text.strip()
+    if not raws and bare.startswith("{") and bare.endswith("}"):  # a call without its tags (small models do this)
+        raws = [ToolCall("tool_call", bare)]
+    for raw in raws:
         if raw.error:
             calls.append(ToolCall(tag, raw.argument, raw.error))
             continue

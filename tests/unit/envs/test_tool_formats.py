@@ -60,6 +60,11 @@ def test_chat_template_calls_parse_and_malformed_ones_are_errors():
         "the call needs a string argument 'expression'",
         "<tool_call> is never closed with </tool_call>",
     ]
+    (bare,) = tool_calls(
+        ' {"name": "calc", "arguments": {"expression": "2+2"}} ', "chat_template", "calc", "expression"
+    )
+    assert (bare.argument, bare.error) == ("2+2", "")  # a reply that is only the call's JSON, without its tags
+    assert tool_calls("The answer is {x}.", "chat_template", "calc", "expression") == []
 
 
 def test_a_calculator_episode_with_chat_template_tool_calls(tools_tok):
