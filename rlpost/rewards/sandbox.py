@@ -24,6 +24,7 @@ tests included), write where that user can, and reach the network. ``sandbox_ava
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import secrets
@@ -51,16 +52,21 @@ class Outcome:
 
 
 def use_bwrap(sandbox: str) -> bool:
+    """Whether to jail: ``auto`` when bubblewrap works here (installed is not enough: a container may forbid
+    its namespaces), ``bwrap`` requires it, ``none`` never."""
     if sandbox == "none":
         return False
-    found = shutil.which("bwrap") is not None
-    if sandbox == "bwrap" and not found:
-        raise RuntimeError("code_exec sandbox=bwrap but bwrap (Debian package bubblewrap) is not on PATH")
-    return found
+    works = sandbox_available()
+    if sandbox == "bwrap" and not works:
+        raise RuntimeError(
+            "code_exec sandbox=bwrap but bubblewrap (Debian package bubblewrap) is missing or cannot run here"
+        )
+    return works
 
 
+@functools.cache
 def sandbox_available() -> bool:
-    """Whether the jail (bubblewrap) is installed and works here."""
+    """Whether the jail (bubblewrap) is installed and works here (probed once per process)."""
     if shutil.which("bwrap") is None:
         return False
     probe = [
