@@ -156,7 +156,8 @@ class ToolEnvironment(Environment):
     """An environment with one tool of one string argument, called in either format (``tool_format``).
 
     Subclasses set ``ARGUMENT`` (the argument's name in chat-template calls), ``TOOL`` and ``ARGUMENT_DOC``
-    (their descriptions), and ``SYSTEM`` (the tag protocol's instructions, written for the tag ``TAG_IN_SYSTEM``).
+    (their descriptions), and ``SYSTEM`` (the tag protocol's instructions, written for the tag ``TAG_IN_SYSTEM``),
+    and implement ``use_tool`` and ``final_reward``; ``step`` is the same loop for all of them.
     """
 
     Config = ToolConfig
@@ -181,6 +182,29 @@ class ToolEnvironment(Environment):
                 f"Call the {self.cfg.tag} tool when it helps. When you know the answer, reply with it and call no tool."
             )
         return self.SYSTEM.replace(f"{self.TAG_IN_SYSTEM}>", f"{self.cfg.tag}>")
+
+    def use_tool(self, argument: str) -> tuple[bool, str]:
+        """One well-formed call -> (valid, the observation's text: a ``<result>`` or an ``<error>``)."""
+        raise NotImplementedError
+
+    def final_reward(self, message: str) -> float:
+        """The reward of the final answer (a turn without a call)."""
+        raise NotImplementedError
+
+    def step(self, message: str) -> StepResult:
+        """A turn without a call is the final answer (episode done); otherwise every call, in order, gets one
+        ``role="tool"`` observation, a malformed call an ``<error>`` one."""
+        from rlpost.envs.tags import error_tag
+
+        calls = self.calls(message)
+        if not calls:
+            return StepResult(reward=self.final_reward(message), done=True, info={"tool_calls": 0, "tool_errors": 0})
+        observations, errors = [], 0
+        for call in calls:
+            valid, text = (False, error_tag(call.error)) if call.error else self.use_tool(call.argument)
+            errors += not valid
+            observations.append({"role": "tool", "content": text})
+        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
 
     def calls(self, message: str) -> list[Any]:
         """The tool calls of one assistant message (``rlpost.envs.tags.ToolCall``), malformed ones included."""

@@ -22,7 +22,7 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
+from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.tags import error_tag, result_tag
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.schema import Range
@@ -116,22 +116,14 @@ class Calculator(ToolEnvironment):
         messages = row_messages(row)
         return add_note(messages, self.instructions(), "system")
 
-    def step(self, message: str) -> StepResult:
-        calls = self.calls(message)
-        if not calls:  # the final answer
-            reward = final_answer_reward(message, self.gold)
-            return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})
-        observations, errors = [], 0
-        for call in calls:
-            try:
-                if call.error:
-                    raise CalcError(call.error)
-                text = result_tag(format_value(evaluate(call.argument, self.cfg)))
-            except CalcError as err:
-                errors += 1
-                text = error_tag(str(err))
-            observations.append({"role": "tool", "content": text})
-        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
+    def use_tool(self, argument: str) -> tuple[bool, str]:
+        try:
+            return True, result_tag(format_value(evaluate(argument, self.cfg)))
+        except CalcError as err:
+            return False, error_tag(str(err))
+
+    def final_reward(self, message: str) -> float:
+        return final_answer_reward(message, self.gold)
 
     def describe(self) -> str:
         tag = self.cfg.tag

@@ -47,6 +47,20 @@ def as_step_result(out: Any, where: str) -> StepResult:
     )
 
 
+def load_env_class(path: str, example: str) -> Any:
+    """The class at ``data.env.path`` (it must have ``reset`` and ``step``), or a ConfigError that says why."""
+    if not path:
+        raise ConfigError(f"data.env.path is empty: name your environment class, e.g. data.env.path={example}")
+    try:
+        cls = load_object(path)
+    except (ImportError, AttributeError) as err:
+        raise ConfigError(f"data.env.path={path!r} cannot be imported: {err}") from None
+    missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
+    if missing:
+        raise ConfigError(f"data.env.path={path!r} has no {' or '.join(missing)} method")
+    return cls
+
+
 @ENVS.register("callable")
 class CallableEnv(Environment):
     """A user's environment class by import path (reset(row, seed) -> messages, step(text) -> StepResult)."""
@@ -56,15 +70,7 @@ class CallableEnv(Environment):
 
     def __init__(self, cfg: CallableConfig):
         super().__init__(cfg)
-        if not cfg.path:
-            raise ConfigError("data.env.path is empty: name your environment class, e.g. data.env.path=my_envs:MyEnv")
-        try:
-            cls = load_object(cfg.path)
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(f"data.env.path={cfg.path!r} cannot be imported: {err}") from None
-        missing = [m for m in ("reset", "step") if not callable(getattr(cls, m, None))]
-        if missing:
-            raise ConfigError(f"data.env.path={cfg.path!r} has no {' or '.join(missing)} method")
+        cls = load_env_class(cfg.path, "my_envs:MyEnv")
         self.cls = cls
         # an Environment subclass is made from its own Config (kwargs checked now), any other class from kwargs
         self.own_cfg = build_config(cls.Config, cfg.kwargs, "data.env.kwargs") if _is_env(cls) else None

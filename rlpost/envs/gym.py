@@ -19,8 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpost.envs.base import ENVS, Environment, Message, StepResult
-from rlpost.errors import ConfigError
-from rlpost.rewards.callable import load_object
+from rlpost.envs.callable import load_env_class
 
 
 @dataclass(frozen=True)
@@ -41,17 +40,7 @@ class GymEnv(Environment):
 
     def __init__(self, cfg: GymConfig):
         super().__init__(cfg)
-        if not cfg.path:
-            raise ConfigError(
-                "data.env.path is empty: name your Gymnasium-style class, e.g. data.env.path=games:Wordle"
-            )
-        try:
-            self.cls = load_object(cfg.path)
-        except (ImportError, AttributeError) as err:
-            raise ConfigError(f"data.env.path={cfg.path!r} cannot be imported: {err}") from None
-        missing = [m for m in ("reset", "step") if not callable(getattr(self.cls, m, None))]
-        if missing:
-            raise ConfigError(f"data.env.path={cfg.path!r} has no {' or '.join(missing)} method")
+        self.cls = load_env_class(cfg.path, "games:Wordle")
         self.inner: Any = None
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:

@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
+from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.calculator import final_answer_reward
 from rlpost.envs.tags import error_tag, result_tag
 from rlpost.errors import ConfigError
@@ -88,23 +88,13 @@ class PythonTool(ToolEnvironment):
         self.gold = gold_number(row.get("answer"))
         return add_note(row_messages(row), self.instructions(), "system")
 
-    def step(self, message: str) -> StepResult:
-        calls = self.calls(message)
-        if not calls:  # the final answer
-            reward = final_answer_reward(message, self.gold)
-            return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})
-        observations, errors = [], 0
-        for call in calls:
-            if call.error:
-                errors += 1
-                observations.append({"role": "tool", "content": error_tag(call.error)})
-                continue
-            cfg = self.cfg
-            run = run_script(call.argument, cfg.tool_timeout_s, cfg.memory_mb, jail_mode(cfg), cfg.max_output_chars)
-            errors += run.status != "ok"
-            text = result_tag(run.output.strip()) if run.status == "ok" else error_tag(run.output)
-            observations.append({"role": "tool", "content": text})
-        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
+    def use_tool(self, argument: str) -> tuple[bool, str]:
+        cfg = self.cfg
+        run = run_script(argument, cfg.tool_timeout_s, cfg.memory_mb, jail_mode(cfg), cfg.max_output_chars)
+        return (True, result_tag(run.output.strip())) if run.status == "ok" else (False, error_tag(run.output))
+
+    def final_reward(self, message: str) -> float:
+        return final_answer_reward(message, self.gold)
 
     def check_run(self, run: Any) -> None:
         super().check_run(run)

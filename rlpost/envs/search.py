@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
-from rlpost.envs.base import ENVS, Message, StepResult, ToolConfig, ToolEnvironment, row_messages
+from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.tags import error_tag
 from rlpost.schema import PathSpec, Range, resolve_data_path
 from rlpost.transforms.base import add_note
@@ -96,25 +96,16 @@ class Search(ToolEnvironment):
         self.answer = str(row.get("answer", ""))
         return add_note(row_messages(row), self.instructions(), "system")
 
-    def step(self, message: str) -> StepResult:
-        calls = self.calls(message)
-        if not calls:  # the final answer
-            reward = 1.0 if contains_answer(message, self.answer) else 0.0
-            return StepResult(reward=reward, done=True, info={"tool_calls": 0, "tool_errors": 0})
-        observations, errors = [], 0
-        corpus = resolve_data_path(self.cfg.corpus)
-        for call in calls:
-            docs = [] if call.error or not call.argument else search(corpus, call.argument, self.cfg.top_k)
-            if call.error or not call.argument or not docs:
-                errors += 1
-                reason = call.error or (
-                    "empty query" if not call.argument else f"no document matches {call.argument!r}"
-                )
-                text = error_tag(reason)
-            else:
-                text = "<docs>" + " ".join(f"[{i + 1}] {doc}" for i, doc in enumerate(docs)) + "</docs>"
-            observations.append({"role": "tool", "content": text})
-        return StepResult(observations, info={"tool_calls": len(calls), "tool_errors": errors})
+    def use_tool(self, argument: str) -> tuple[bool, str]:
+        if not argument:
+            return False, error_tag("empty query")
+        docs = search(resolve_data_path(self.cfg.corpus), argument, self.cfg.top_k)
+        if not docs:
+            return False, error_tag(f"no document matches {argument!r}")
+        return True, "<docs>" + " ".join(f"[{i + 1}] {doc}" for i, doc in enumerate(docs)) + "</docs>"
+
+    def final_reward(self, message: str) -> float:
+        return 1.0 if contains_answer(message, self.answer) else 0.0
 
     def describe(self) -> str:
         tag = self.cfg.tag
