@@ -115,12 +115,8 @@ def execute(
         if use_bwrap(sandbox):
             candidate = jail(folder, candidate)
         command = [sys.executable, "-I", JUDGE, judged, *candidate]
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
         try:
-            proc = subprocess.Popen(
-                command, cwd=judged, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+            proc = spawn(command, judged, subprocess.PIPE)
         except OSError:
             return Outcome("crash")
         token = secrets.token_hex(16)  # only the judge's own verdict line carries it
@@ -159,12 +155,8 @@ def run_script(code: str, timeout_s: float, memory_mb: int, sandbox: str, max_ch
         command = [sys.executable, "-I", RUNNER, "--script", folder]
         if use_bwrap(sandbox):
             command = jail(folder, command)
-        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
         try:
-            proc = subprocess.Popen(
-                command, cwd=folder, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                stderr=subprocess.PIPE, start_new_session=True,
-            )  # fmt: skip
+            proc = spawn(command, folder, subprocess.DEVNULL)
         except OSError as err:
             return ScriptRun("error", str(err))
         try:
@@ -177,6 +169,14 @@ def run_script(code: str, timeout_s: float, memory_mb: int, sandbox: str, max_ch
             reason = lines[-1] if lines else f"exit code {proc.returncode}"
             return ScriptRun("timeout" if proc.returncode == -signal.SIGXCPU else "error", reason[:max_chars])
         return ScriptRun("ok", stdout.decode(errors="replace")[:max_chars])
+
+
+def spawn(command: list[str], cwd: str, stdin: int) -> subprocess.Popen:
+    """``command`` in its own session (a timeout kills its whole group) with a minimal environment."""
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "LANG": "C.UTF-8", "OMP_NUM_THREADS": "1"}
+    return subprocess.Popen(
+        command, cwd=cwd, env=env, stdin=stdin, stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True
+    )
 
 
 def kill_group(proc: subprocess.Popen) -> None:
