@@ -85,7 +85,8 @@ def main() -> None:
                     f"{s['seconds_per_step']:.1f} | {s['minutes']:.1f} |")  # fmt: skip
     table = "\n".join(rows)
     header = (f"\n## Calculator learning result (issue 18), {time.strftime('%Y-%m-%d')}\n\n`python bench/env_calculator.py "
-              f"--model {args.model} --steps {args.steps} --eval-size {args.eval_size} --tool-format {args.tool_format}`: "
+              f"--model {args.model} --steps {args.steps} --eval-size {args.eval_size} --tool-format {args.tool_format} "
+              f"--learning-rate {args.learning_rate}`: "
               f"{args.model}, 3-digit x 3-digit multiplication, GRPO G=4, 8 completions/step, lr {args.learning_rate}, "
               f"{args.steps} steps; held-out greedy evaluation on {args.eval_size} prompts before -> after.\n\n")  # fmt: skip
     print(header + table)

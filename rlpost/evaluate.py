@@ -2,8 +2,8 @@
 
 The first reward term is the run's accuracy metric (for ``math_answer`` it is exact correctness);
 every term's mean and the reward are reported too. The reward is the run's own combination of the
-terms (``combine``: ``RewardParts.combined``, the pipeline's stage 1), so ``eval/reward`` is the
-training reward; a sample that no term could score is left out of its mean, as in training. With ``group_by`` (a dataset column,
+terms (``RewardParts.scored``: the combined reward, or the score of a combine that returns
+advantages), so ``eval/reward`` is the training reward; a sample that no term could score is left out of its mean, as in training. With ``group_by`` (a dataset column,
 e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports pass@k with the unbiased

@@ -1,20 +1,26 @@
 """Reward to advantage as one pure pipeline: tensors in, a typed result out, no trainer and no model.
 
     reward terms [N, R]
-      1. combine    reward.combine (rlpost/combine/): terms and weights -> task rewards [N]
-      2. adjust     the rollout strategy's adjust_rewards (rlpost/rollouts/), training batches only
-      3. whiten     algorithm.safety.reward_whitening (rlpost/safety/whiten.py)
+      1. combine    reward.combine (rlpost/combine/): terms and weights -> task Rewards [N]
+      2. adjust     the rollout strategy's adjust_rewards (rlpost/rollouts/), training batches only:
+                    Rewards -> Rewards
+      3. whiten     algorithm.safety.reward_whitening (rlpost/safety/whiten.py): Rewards -> Rewards
       4. shape      + DAPO's soft overlong penalty, - KL in the reward (kl.placement=reward),
-                    -KL as each token's own reward (kl.placement=token, PPO's GAE reads it)
-      5. advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch -> [N] or [N, T]
+                    -KL as each token's own reward (kl.placement=token, PPO's GAE reads it): Rewards -> Rewards
+      5. advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch: Rewards -> Advantages [N] or [N, T]
       6. keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss
     -> PipelineResult(rewards, task_rewards, advantages, keep, extras, metrics)
 
 Rewards (what to maximise, stages 1-4) and advantages (what the loss pushes on, stage 5) are
-different types, so no stage takes one for the other. N = completions of the generation batch over
-all processes; rows ``g*G .. g*G+G-1`` share a prompt. The trainer (rlpost/trainer/scoring.py)
-gathers the inputs, runs ``run_pipeline`` and hands each process its slice; held-out evaluation
-(rlpost/evaluate.py) uses stage 1, ``combine_rewards``, so ``eval/reward`` is the training reward.
+different types, so no stage takes one for the other. A combine that returns advantages (odrpo,
+rdpo, decoupled: ``Combine.produces``) *is* stage 5: a relative rollout adjustment (stage 2) runs on
+each reward term before it, its ``score`` is the task reward (logged, read by regularizers), its
+output goes to the loss as the advantages, and stages 3-4 and any advantage but a group baseline are
+refused before a model loads (``rlpost/combine/base.py``); dynamic sampling then drops the groups
+whose advantages are all equal. N = completions of the generation batch over all processes; rows
+``g*G .. g*G+G-1`` share a prompt. The trainer (rlpost/trainer/scoring.py) gathers the inputs, runs
+``run_pipeline`` and hands each process its slice; held-out evaluation (rlpost/evaluate.py) uses
+``RewardParts.scored``, so ``eval/reward`` is the training reward.
 
 Choices: dynamic sampling reads the task reward (after whitening, before shaping), so shaping
 (overlong, KL) cannot make a solved group look informative; the KL reward penalty is detached.
@@ -27,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlpost.advantages.base import GroupBatch
+from rlpost.advantages.base import Estimate, GroupBatch, advantage_metrics
 from rlpost.batch_filters import soft_overlong_penalty, zero_variance_groups
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 
@@ -87,6 +93,8 @@ class PipelineResult:
 
 def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
     """Stages 1-6 (module docstring) on one gathered generation batch."""
+    if reward.combine.produces == "advantages":
+        return combined_advantages(x, reward, algo)
     task, metrics = combine_rewards(reward, x.reward_terms, x.num_generations)
     task = adjust_rewards(task, x, algo, metrics)
     task = Rewards(algo.safety.on_rewards(task.values, metrics, x.training))  # whitening (off by default)
@@ -94,7 +102,29 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
     extras = dict(x.extras)
     if token_rewards is not None:
         extras["token_rewards"] = token_rewards
-    batch = GroupBatch(
+    batch = group_batch(x, reward, rewards, extras)
+    estimate = algo.advantage.estimate(batch)
+    metrics.update(estimate.metrics)
+    return finish(x, algo, rewards, task, estimate, batch, metrics, signal=task.values)
+
+
+def combined_advantages(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
+    """Stages 1-6 for a combine that returns advantages: adjust each term, combine into Advantages, keep."""
+    metrics: dict[str, float] = {}
+    terms = adjust_terms(x, reward.names, algo, metrics)
+    task = Rewards(reward.combine.score(terms, reward.weights.to(terms.device)))
+    values, combine_metrics = reward.combined(terms, x.num_generations)
+    metrics.update(combine_metrics)
+    advantages = values.nan_to_num(0.0)  # an unscorable row (NaN in every term) is pushed neither way
+    estimate = Estimate(advantages, advantage_metrics(advantages))
+    metrics.update(estimate.metrics)
+    batch = group_batch(x, reward, task, dict(x.extras))
+    return finish(x, algo, task, task, estimate, batch, metrics, signal=values)
+
+
+def group_batch(x: PipelineInputs, reward: RewardParts, rewards: Rewards, extras: dict) -> GroupBatch:
+    """What the advantage (and the regularizers' ``prepare``) read about the batch."""
+    return GroupBatch(
         rewards=rewards.values,
         reward_terms=x.reward_terms,
         term_names=reward.names,
@@ -105,11 +135,22 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
         extras=extras,
         token_text=x.token_text,
     )
-    estimate = algo.advantage.estimate(batch)
-    metrics.update(estimate.metrics)
+
+
+def finish(
+    x: PipelineInputs,
+    algo: AlgorithmParts,
+    rewards: Rewards,
+    task: Rewards,
+    estimate: Estimate,
+    batch: GroupBatch,
+    metrics: dict[str, float],
+    signal: torch.Tensor,
+) -> PipelineResult:
+    """Stage 6 and the result: dynamic sampling drops the groups whose ``signal`` [N] is all equal."""
     keep = torch.ones_like(rewards.values)
     if algo.dynamic_sampling and x.training:
-        keep = (~zero_variance_groups(task.values, x.num_generations)).float()
+        keep = (~zero_variance_groups(signal, x.num_generations)).float()
         metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
     metrics["reward"] = torch.nanmean(rewards.values).item()
     return PipelineResult(rewards, task, Advantages(estimate.advantages), keep, estimate.extras, metrics, batch)
@@ -119,6 +160,20 @@ def combine_rewards(reward: RewardParts, terms: torch.Tensor, num_generations: i
     """Stage 1: reward terms [N, R] -> task rewards [N] with the run's combiner and weights."""
     values, metrics = reward.combined(terms, num_generations)
     return Rewards(values), metrics
+
+
+def adjust_terms(x: PipelineInputs, names: list[str], algo: AlgorithmParts, metrics: dict) -> torch.Tensor:
+    """Stage 2 before a combine that returns advantages: a relative rollout adjustment (``reward_adjustment``)
+    on each reward term column [N] of ``x.reward_terms`` [N, R]; its metrics carry the term's name."""
+    terms = x.reward_terms
+    if x.kinds is None or not x.training or type(algo.rollout).reward_adjustment == "none":
+        return terms
+    columns = []
+    for j, name in enumerate(names):
+        extra: dict[str, float] = {}
+        columns.append(adjust_rewards(Rewards(terms[:, j]), x, algo, extra).values)
+        metrics.update({f"{key}/{name}": value for key, value in extra.items()})
+    return torch.stack(columns, dim=1)
 
 
 def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict) -> Rewards:

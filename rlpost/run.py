@@ -68,6 +68,13 @@ class RewardParts:
         (rlpost/pipeline.py, stage 1) and held-out evaluation (rlpost/evaluate.py) both use."""
         return self.combine(terms, self.weights.to(terms.device), num_generations)
 
+    def scored(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
+        """Reward terms [N, R] -> the scalar reward [N] (and metrics) that is logged and evaluated: the combined
+        reward, or the combine's ``score`` when it returns advantages (rlpost/combine/base.py)."""
+        if self.combine.produces == "advantages":
+            return self.combine.score(terms, self.weights.to(terms.device)), {}
+        return self.combined(terms, num_generations)
+
 
 @dataclass
 class BuiltRun:

@@ -72,9 +72,16 @@ def explain(run: BuiltRun) -> str:
         lines.append(f"  - {algo.kl.coef:g} x sum_t KL_{algo.kl.estimator}(pi || ref) (KL in the reward)")
     if algo.kl.coef > 0 and algo.kl.placement == "token":
         lines.append(f"  - {algo.kl.coef:g} x KL_{algo.kl.estimator}(pi || ref) as each token's own reward (PPO)")
-    lines += ["", "Advantage:", f"  {_describe(algo.advantage)}"]
+    if reward.combine.produces == "advantages":  # the combine is the advantage step (rlpost/combine/base.py)
+        combine = type(reward.combine).registry_name
+        advantage = f"  {_describe(reward.combine)}: from reward.combine={combine}, which replaces "
+        advantage += f"algorithm.advantage={type(algo.advantage).registry_name}; the logged reward is its score"
+    else:
+        advantage = f"  {_describe(algo.advantage)}"
+    lines += ["", "Advantage:", advantage]
     if algo.dynamic_sampling:
-        lines.append("  groups with all-equal rewards are dropped from the loss (dynamic sampling)")
+        signal = "advantages" if reward.combine.produces == "advantages" else "rewards"
+        lines.append(f"  groups with all-equal {signal} are dropped from the loss (dynamic sampling)")
     lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
     if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
         lines.append(f"  x correction {_describe(algo.correction)}")

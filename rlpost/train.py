@@ -143,7 +143,7 @@ def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> d
         eval_set,
         guard_rewards(run.reward.funcs, run.reward.failure),  # a failing reward never kills the eval
         run.reward.names,
-        run.reward.combined,  # eval/reward is the training reward (rlpost/pipeline.py, stage 1)
+        run.reward.scored,  # eval/reward is the training reward (rlpost/pipeline.py)
         max_new_tokens=settings.train.max_completion_length,
         batch_size=settings.eval.batch_size,
         greedy=settings.eval.greedy,

@@ -48,6 +48,15 @@ class Estimate:
     extras: dict[str, torch.Tensor] = field(default_factory=dict)  # e.g. {"returns": [N, T]} (GAE)
 
 
+def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
+    """advantages [N] -> ``advantage/mean``, ``advantage/std`` (unbiased, 0 if N = 1), ``advantage/abs_mean``."""
+    return {
+        "advantage/mean": float(advantages.mean()),
+        "advantage/std": float(advantages.std()) if advantages.numel() > 1 else 0.0,
+        "advantage/abs_mean": float(advantages.abs().mean()),
+    }
+
+
 class Advantage(Component):
     """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token).
 

@@ -31,7 +31,7 @@ from typing import Annotated, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, advantage_metrics
 from rlpost.schema import Range
 
 
@@ -87,12 +87,7 @@ class GroupNorm(Advantage):
             advantages = advantages / (std + self.cfg.eps)
         advantages = torch.nan_to_num(advantages, nan=0.0)
         zero_std = torch.isnan(group_std) | torch.isclose(group_std, torch.zeros_like(group_std))
-        metrics = {
-            "advantage/mean": float(advantages.mean()),
-            "advantage/std": float(advantages.std()) if advantages.numel() > 1 else 0.0,
-            "advantage/abs_mean": float(advantages.abs().mean()),
-            "frac_reward_zero_std": float(zero_std.float().mean()),
-        }
+        metrics = {**advantage_metrics(advantages), "frac_reward_zero_std": float(zero_std.float().mean())}
         return advantages, metrics
 
     def describe(self) -> str:

@@ -1,26 +1,96 @@
-"""The combine base class and its registry: many reward columns -> one scalar reward per completion."""
+"""The combine base class and its registry: many reward columns -> one scalar per completion.
+
+Most combiners return a **reward** (``produces = "rewards"``): the pipeline then adjusts, whitens and
+shapes it and hands it to ``algorithm.advantage`` (rlpost/pipeline.py). A few (odrpo, rdpo,
+decoupled) do their own group-relative estimate per threshold, part or whitened column and return an
+**advantage** (``produces = "advantages"``): the pipeline sends it straight to the loss, and every
+stage that reads or rewrites a reward either acts on the reward terms before the combine, or is
+refused before any model loads (``check_advantage_combine``). Their ``score`` is the scalar reward
+logged as ``reward`` and ``eval/reward``.
+"""
 
 from __future__ import annotations
 
+from typing import Any, ClassVar, Literal
+
 import torch
 
+from rlpost.combine.grouped import nan_weighted_sum
 from rlpost.component import Component
+from rlpost.errors import ConfigError
 from rlpost.registry import Registry
+
+# the advantage estimators whose whole job (a per-group baseline over the std, or not) a combine that
+# returns advantages has already done per threshold / part / column: it takes their place
+GROUP_BASELINES = frozenset({"group_norm"})
 
 
 class Combine(Component):
-    """``reward_terms [N, R]`` and the term weights ``[R]`` -> rewards ``[N]`` and metrics.
+    """``reward_terms [N, R]`` and the term weights ``[R]`` -> rewards (or advantages) ``[N]`` and metrics.
 
     Combiners that need the group structure receive ``num_generations`` (G; rows g*G..g*G+G-1
     share a prompt). NaN marks a term that did not apply to a sample. Optional members
     (``check_run``, ``describe``, ``state_dict``, ...): ``Component``.
     """
 
+    produces: ClassVar[Literal["rewards", "advantages"]] = "rewards"  # what __call__ returns (module docstring)
+
     def __call__(
         self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
-        """Reward matrix [N, R], weights [R], G -> rewards [N] and float metrics."""
+        """Reward matrix [N, R], weights [R], G -> rewards [N] (advantages [N] when produces="advantages") and
+        float metrics."""
         raise NotImplementedError
+
+    def score(self, reward_terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+        """The scalar reward [N] of a combine that produces advantages (logged as ``reward``, ``eval/reward``):
+        by default the weighted sum of the terms, NaN terms left out (NaN where every term is)."""
+        return nan_weighted_sum(reward_terms, weights)
+
+    def check_run(self, run: Any) -> None:
+        if self.produces == "advantages":
+            check_advantage_combine(self.registry_name, run)
+
+
+def check_advantage_combine(name: str, run: Any) -> None:
+    """ConfigError when a stage of ``run`` would treat ``reward/combine=name``'s advantages as rewards.
+
+    Allowed: a group-baseline ``algorithm.advantage`` (which the combine replaces), rollout strategies that
+    generate or rewrite rewards relatively (applied to each reward term before the combine), and every
+    stage that never reads a reward (losses, corrections, regularizers, gradient transforms, episodes).
+    """
+    algo, where = run.algorithm, f"reward/combine={name} returns group-centred advantages"
+    advantage = type(algo.advantage).registry_name
+    if advantage not in GROUP_BASELINES:
+        raise ConfigError(
+            f"{where}, which take the place of algorithm/advantage; algorithm/advantage={advantage} would estimate "
+            "advantages again from rewards it no longer sees. Use algorithm/advantage=group_norm, group_center or "
+            "rloo (their group baseline is what the combine already applies), or a combine that returns rewards "
+            "(weighted_sum, focal)."
+        )
+    adjustment = type(algo.rollout).reward_adjustment
+    if adjustment == "absolute":
+        raise ConfigError(
+            f"{where}, but algorithm/rollout={type(algo.rollout).registry_name} writes absolute reward values "
+            "(on the scale of a binary reward) that mean nothing per reward term of this combine; use "
+            "reward/combine=weighted_sum with it."
+        )
+    if algo.safety.cfg.whiten_rewards.enabled:
+        raise ConfigError(
+            f"{where}, already normalized per group; algorithm.safety.whiten_rewards would rescale them as if they "
+            "were rewards. Set algorithm.safety.whiten_rewards.enabled=false."
+        )
+    if algo.overlong.soft_penalty:
+        raise ConfigError(
+            f"{where}; algorithm.overlong.soft_penalty adds a length penalty to a reward, after which it would be "
+            "added to an advantage on another scale. Set algorithm.overlong.soft_penalty=false (or use "
+            "algorithm.overlong.filter=true, which masks truncated completions instead)."
+        )
+    if algo.kl.coef > 0 and algo.kl.placement in ("reward", "token"):
+        raise ConfigError(
+            f"{where}; algorithm.kl.placement={algo.kl.placement} subtracts the KL from a reward. Use "
+            "algorithm.kl.placement=loss with it."
+        )
 
 
 COMBINERS: Registry[Combine] = Registry("combine", Combine)

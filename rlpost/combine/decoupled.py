@@ -8,7 +8,9 @@ weights and group-normalized on its own, and only then are the two advantages ad
 
 so a style reward with a large spread cannot drown the task signal (or the reverse) inside one
 shared group std. With one part constant in a group, that part contributes 0 and A is the other
-part's GRPO advantage. The output is group-centred: use ``algorithm/advantage=group_center`` after it.
+part's GRPO advantage. The output is an advantage (``produces``), sent to the loss as is; with
+``algorithm/rollout=generic_negative`` the generic response's task and style terms are each set below
+the group's natural minimum before the parts are normalized (rlpost/pipeline.py, ``adjust_terms``).
 
 Choices where the abstract is silent:
 - "Decoupling task logic from stylistic rewards" is read as separate group normalization per part
@@ -40,6 +42,7 @@ from rlpost.schema import Range
 class Decoupled(Combine):
     """Task and style reward terms group-normalized separately, then added (CRPO)."""
 
+    produces = "advantages"
     seed = "seed 004 #8"
 
     @dataclass(frozen=True)
@@ -71,6 +74,7 @@ class Decoupled(Combine):
             )
 
     def check_run(self, run: Any) -> None:
+        super().check_run(run)  # no stage may treat the advantages as rewards
         self.bind(run.reward.names)
 
     def __call__(

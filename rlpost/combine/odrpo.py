@@ -9,9 +9,10 @@ the advantages are accumulated::
     A_i     = sum_k A_{i,k}                            ("sum"; "mean" divides by K - 1)
 
 The output is already a group-centred advantage (every A_{.,k} has group mean 0), returned as the
-"reward" of the combine step: pair it with ``algorithm/advantage=group_center`` (no std division),
-which passes it through unchanged; ``group_norm`` with ``scale: group`` would re-standardize each
-group and undo the per-threshold weighting. With a binary score (min 0, max 1) there is one
+advantage of the combine step (``produces = "advantages"``): the pipeline sends it to the loss in
+place of ``algorithm.advantage``, so no group_norm re-standardizes a group and undoes the
+per-threshold weighting; stages that would read it as a reward (whitening, overlong or KL shaping,
+an absolute rollout rewrite, any other advantage) are refused before a model loads. With a binary score (min 0, max 1) there is one
 indicator, b = s, and A is GRPO's group_norm advantage exactly.
 
 Choices where the abstract is silent:
@@ -43,6 +44,7 @@ from rlpost.schema import Range
 class ODRPO(Combine):
     """Ordinal decomposition of a discrete score: group advantages per threshold 1[s >= k], summed."""
 
+    produces = "advantages"
     seed = "seed 004 #25"
 
     @dataclass(frozen=True)
@@ -71,6 +73,7 @@ class ODRPO(Combine):
             self.index = term_index(names, self.cfg.term, "reward.combine.term")
 
     def check_run(self, run: Any) -> None:
+        super().check_run(run)  # no stage may treat the advantages as rewards
         self.bind(run.reward.names)
 
     def score(self, reward_terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

@@ -15,7 +15,8 @@ For a binary column the quantile step is exactly r - mean_g(r) (k successes of n
 -k/n), bounded and with no std blow-up on rare successes; with ``covariance: group`` a single binary
 reward gives GRPO's group_norm back exactly (z = (r - mean) / (std + eps)). Uncorrelated columns
 are only rescaled by the whitening; perfectly correlated (duplicated) columns count sqrt(2) times,
-not twice. The result is group-centred: use ``algorithm/advantage=group_center`` after it.
+not twice. The result is an advantage (``produces``): the pipeline sends it to the loss in place of
+``algorithm.advantage`` (rlpost/pipeline.py); stages that would read it as a reward are refused.
 
 Choices where the abstract is silent:
 - "Quantile normalization" is the centred mid-rank quantile within the prompt's group (the
@@ -72,6 +73,7 @@ def whitener(cov: torch.Tensor, eps: float, min_eigenvalue: float) -> torch.Tens
 class RDPO(Combine):
     """Per-group magnitude-aware quantile normalization, Mahalanobis whitening of the active columns, weighted sum."""
 
+    produces = "advantages"
     seed = "seed 004 #22"
 
     @dataclass(frozen=True)

@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import random
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar, Literal
 
 import torch
 
@@ -188,6 +188,12 @@ class RolloutStrategy(Component):
 
     Optional members: ``adjust_rewards`` (below); ``check_run``, ``describe``, ...: ``Component``.
     """
+
+    # what adjust_rewards does: "none" (the default: rewards unchanged); "relative" (new values from the
+    # group's own rewards, e.g. its minimum minus a margin: meaningful per reward term too, so it also runs on
+    # each term before a combine that returns advantages); "absolute" (fixed values such as 1.0 / 0.0, on the
+    # scale of one reward: refused with such a combine)
+    reward_adjustment: ClassVar[Literal["none", "relative", "absolute"]] = "none"
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
         """Prompts [B] (each prompt G times in a row) -> the B rows, each with its kind."""

@@ -65,6 +65,8 @@ def is_true(value: Any) -> bool:
 class ForcedRefusal(RolloutStrategy):
     """RC-GRPO: force refusals into groups of unanswerable prompts; penalize refusing answerable ones."""
 
+    reward_adjustment = "absolute"  # refusal_reward / answer_reward: values on one reward's scale
+
     @dataclass(frozen=True)
     class Config:
         unanswerable_column: str = "unanswerable"  # data column, true for a prompt with no valid answer

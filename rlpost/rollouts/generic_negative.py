@@ -56,6 +56,8 @@ def negative_baseline_rewards(
 class GenericNegative(RolloutStrategy):
     """CRPO: a generic response in every group, rewarded below the group's worst natural rollout."""
 
+    reward_adjustment = "relative"  # its group minimum minus a margin, per term too
+
     @dataclass(frozen=True)
     class Config:
         responses: list[str] = field(default_factory=lambda: list(GENERIC))  # generic responses, one drawn per group

@@ -99,7 +99,7 @@ def diagnose(s: DiagnoseSettings) -> dict:
         tokenizer,
         dataset,
         reward.funcs,
-        reward.combined,
+        reward.scored,
         n=s.samples,
         ks=[1],
         max_new_tokens=s.max_new_tokens,
