@@ -32,6 +32,12 @@ if TYPE_CHECKING:
     from rlpost.rollouts.base import RolloutStrategy
 
 
+# TRL's ``beta`` decides two things: whether it loads (and scores) a reference model, and the KL in *its* loss.
+# rlpost's loss adds its own KL (rlpost/losses/kl.py, from algorithm.kl.coef) and never reads beta, so a run that
+# needs reference log-probs without a KL passes this nonzero beta: the reference is loaded, no KL is trained.
+REFERENCE_ONLY_BETA = 1e-12
+
+
 @dataclass
 class AlgorithmParts:
     """``algorithm``: the built components of the update and the settings that tie them together."""
@@ -116,7 +122,7 @@ class BuiltRun:
             self.plan,
             seed=self.settings.seed,
             output_dir=output_dir,
-            beta=algo.kl.coef,
+            beta=algo.kl.coef if algo.kl.coef > 0 else REFERENCE_ONLY_BETA if self.needs_reference else 0.0,
             mask_truncated=algo.overlong.filter,
             run_name=self.settings.run_name,
         )
@@ -127,6 +133,11 @@ class BuiltRun:
         if self.fp32_lm_head:  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
             kwargs["cast_lm_head_to_fp32"] = True
         return kwargs
+
+    @property
+    def needs_reference(self) -> bool:
+        """A reference model is loaded and scored: KL is on, or a component reads ``ref_logps`` (HARGO)."""
+        return self.algorithm.kl.coef > 0 or any("ref_logps" in c.requires for c in self.components())
 
     @property
     def sixteen_bit_weights(self) -> bool:

@@ -17,10 +17,11 @@ a softmax over the group, so they are positive and average 1: the group's total 
 Choices where the abstract is silent:
 - Discrimination = the group's reward range over a fixed ``reward_range`` (1 for a 0/1 reward), so
   it compares groups on the reward's own scale; it acts as an inverse temperature of the weights.
-- Confidence = geometric-mean token probability of the response under the reference model, from
-  ``ref_logps`` (TRL computes them only with a reference model: ``algorithm.kl.coef > 0``). With
-  ``confidence_source: rollout`` (the default, no reference model needed) the rollout policy's
-  log-probs stand in: the reference is the starting policy, and they agree at step 0.
+- Confidence = geometric-mean token probability of the response under the reference model, as the
+  abstract says (``confidence_source: ref``, the default): the trainer loads and scores the
+  reference whenever a component reads ``ref_logps``, with or without a KL term (rlpost/run.py,
+  ``needs_reference``). ``confidence_source: rollout`` uses the rollout policy's log-probs instead
+  (no second model in memory): the reference is the starting policy, and the two agree at step 0.
 - The modulation is asymmetric in the sign of A (surprise for successes, confidence for failures),
   the reading under which both signals are "complementary" as the ablation claims.
 - Metrics: ``hargo/discrimination_mean``, ``hargo/confidence_mean``, ``hargo/weight_max``,
@@ -49,7 +50,7 @@ class HARGO(Advantage):
     @dataclass(frozen=True)
     class Config:
         # log-probs of the rollout policy or the reference model
-        confidence_source: Literal["rollout", "ref"] = "rollout"
+        confidence_source: Literal["rollout", "ref"] = "ref"
         reward_range: Annotated[float, Range(gt=0)] = 1.0  # reward contrast that counts as full discrimination (D = 1)
         temperature: Annotated[float, Range(gt=0)] = 1.0  # softmax temperature of the per-response weights
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
@@ -66,13 +67,6 @@ class HARGO(Advantage):
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.key = "ref_logps" if self.cfg.confidence_source == "ref" else "logps"
         self.requires = frozenset({self.key})
-
-    def check_run(self, run: Any) -> None:
-        if self.cfg.confidence_source == "ref" and run.algorithm.kl.coef <= 0:
-            raise ConfigError(
-                "algorithm.advantage.confidence_source=ref needs a reference model, which TRL loads only with "
-                "algorithm.kl.coef > 0; set it (e.g. 0.04) or use confidence_source=rollout."
-            )
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """rewards [N], extras[logps|ref_logps] [N, T], completion_mask [N, T] -> advantages [N], metrics."""

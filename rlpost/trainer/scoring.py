@@ -105,9 +105,9 @@ class ScoringSeams(SeamBase):
                 stats["logps"] = behaviour  # exact reuse: no second no-grad forward
             else:
                 stats["logps"], stats["entropies"] = self._sampling_logps(output, compute_entropy=True)
-        if "ref_logps" in wanted:  # TRL computes them only when a reference model is loaded (beta > 0)
+        if "ref_logps" in wanted:  # TRL computes them when it loaded a reference (BuiltRun.needs_reference)
             if output.get("ref_per_token_logps") is None:
-                raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs (kl.coef=0)")
+                raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs")
             stats["ref_logps"] = output["ref_per_token_logps"]
         return {key: self._gather_padded(stats[key]) for key in sorted(wanted)}
 

@@ -38,7 +38,7 @@ TWO_TERMS = (
 )
 INTEGRATION = {
     "hargo": (
-        ["algorithm/advantage=hargo", "algorithm.advantage.confidence_source=ref", "algorithm.kl.coef=0.04"],
+        ["algorithm/advantage=hargo"],  # confidence from the reference model, loaded without a KL term
         ["hargo/discrimination_mean", "hargo/confidence_mean", "hargo/weight_max", "hargo/weight_std"],
     ),
     # random text is never right: the abstain pattern splits groups into abstain / wrong, and without the
@@ -84,6 +84,9 @@ def test_two_steps_through_the_trainer_log_metrics_and_change_the_advantages(nam
     run.algorithm.advantage = spy
     trainer = train_rlpost(run, tmp_path)
     logs = step_logs(trainer)
+    if name == "hargo":  # the reference is loaded for HARGO's confidence, but no KL is trained
+        assert trainer.ref_model is not None and run.algorithm.kl.coef == 0
+        assert not any(key == "kl" or key.startswith("rlpost/kl") for log in logs for key in log)
     assert len(logs) == 2 and len(spy.calls) == 2
     for log in logs:
         for key in [*keys, "advantage/abs_mean"]:

@@ -20,6 +20,7 @@ from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.errors import ConfigError
 from rlpost.rewards.ternary_abstention import TernaryAbstention
+from rlpost.run import REFERENCE_ONLY_BETA
 from rlpost.schema import build_config
 
 X = 0.5 / (math.sqrt(0.5) + 1e-4)  # 0.707007: GRPO advantage of rewards [1, 0] (mean .5, unbiased std sqrt(.5))
@@ -69,10 +70,11 @@ def test_registered_with_seed_references_in_rlpost_list():
 
 
 # ---- HARGO ------------------------------------------------------------------------------------
-def hargo_batch(rewards, probs, g=2):
-    # per-token log-probs constant per completion (2 tokens): C_i = exp(mean log p) = p_i
+def hargo_batch(rewards, probs, g=2, key="ref_logps"):
+    # per-token log-probs constant per completion (2 tokens): C_i = exp(mean log p) = p_i; under the reference
+    # model by default (HARGO's default confidence_source), the rollout policy's with key="logps"
     logps = torch.tensor(probs).log()[:, None].expand(-1, 2).clone()
-    return batch(rewards, g, extras={"logps": logps})
+    return batch(rewards, g, extras={key: logps})
 
 
 def test_hargo_hand_computed_weights():
@@ -82,6 +84,8 @@ def test_hargo_hand_computed_weights():
     w1 = 2 / (1 + math.exp(0.05))
     a, m = HARGO(HARGO.Config())(hargo_batch([1, 0], [0.25, 0.8]))
     close(a, [w1 * X, -(2 - w1) * X])
+    rollout = HARGO(HARGO.Config(confidence_source="rollout"))  # the same C from the rollout policy's log-probs
+    close(rollout(hargo_batch([1, 0], [0.25, 0.8], key="logps"))[0], [w1 * X, -(2 - w1) * X])
     assert w1 == pytest.approx(0.975006, abs=1e-6)
     assert m["hargo/discrimination_mean"] == 1.0
     assert m["hargo/confidence_mean"] == pytest.approx((0.25 + 0.8) / 2)
@@ -111,16 +115,18 @@ def test_hargo_equal_signals_all_equal_rewards_and_one_sample_groups_are_grpo():
     close(a, [0.0, 0.0])
 
 
-def test_hargo_reads_ref_logps_and_needs_a_reference_model():
-    hargo = HARGO(HARGO.Config(confidence_source="ref"))
-    assert hargo.requires == {"ref_logps"} and HARGO(HARGO.Config()).requires == {"logps"}
+def test_hargo_reads_ref_logps_by_default_and_the_run_loads_a_reference_without_a_kl():
+    hargo = HARGO(HARGO.Config())  # the abstract's confidence: the reference model's
+    assert hargo.requires == {"ref_logps"} and HARGO(HARGO.Config(confidence_source="rollout")).requires == {"logps"}
     with pytest.raises(RuntimeError, match="ref_logps"):
-        hargo(hargo_batch([1, 0], [0.25, 0.8]))
-    with pytest.raises(ConfigError, match=r"confidence_source=ref needs a reference model.*kl.coef > 0"):
-        build_run(compose(["algorithm/advantage=hargo", "algorithm.advantage.confidence_source=ref"]))
-    build_run(
-        compose(["algorithm/advantage=hargo", "algorithm.advantage.confidence_source=ref", "algorithm.kl.coef=0.04"])
-    )
+        hargo(hargo_batch([1, 0], [0.25, 0.8], key="logps"))
+    run = build_run(compose(["algorithm/advantage=hargo"]))
+    assert run.needs_reference and run.algorithm.regularizers == []  # a reference, but no KL term in the loss
+    assert run.grpo_config_kwargs("out")["beta"] == REFERENCE_ONLY_BETA  # TRL loads and scores the reference
+    with_kl = build_run(compose(["algorithm/advantage=hargo", "algorithm.kl.coef=0.04"]))
+    assert with_kl.grpo_config_kwargs("out")["beta"] == 0.04
+    rollout = build_run(compose(["algorithm/advantage=hargo", "algorithm.advantage.confidence_source=rollout"]))
+    assert not rollout.needs_reference and rollout.grpo_config_kwargs("out")["beta"] == 0.0
 
 
 # ---- ternary_abstention + TIAR -------------------------------------------------------------------
