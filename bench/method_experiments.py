@@ -51,7 +51,7 @@ def pairs(steps: int) -> list[Pair]:
             "tp",
             "Trusted projection (seed 004 #10) vs GRPO + direction monitor, hackable reward",
             ["recipe=trusted_projection", *batch],
-            ["recipe=trusted_projection", "algorithm/grad=direction_monitor", *batch],
+            ["recipe=trusted_projection", "algorithm/grad=[direction_monitor]", *batch],
             [
                 "rewards/math_answer/mean",
                 "rewards/format/mean",

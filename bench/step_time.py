@@ -62,7 +62,11 @@ COMPONENTS = [  # (label, overrides, label of the variant it is compared with)
     ("grpo", [], None),
     ("gepo", ["algorithm=gepo"], "grpo"),
     ("output_reset", ["algorithm=grpo_or"], "grpo"),
-    ("trusted_projection", ["algorithm/grad=trusted_projection", "algorithm.grad.warmup_steps=1"], "grpo"),
+    (
+        "trusted_projection",
+        ["algorithm/grad=[trusted_projection]", "algorithm.grad.trusted_projection.warmup_steps=1"],
+        "grpo",
+    ),
     ("core", ["reward=core"], "grpo"),
     ("rubric_judge", ["reward=rubric"], "grpo"),
     ("grpo (AIR data, 16/step)", AIR_BASE, None),

@@ -19,7 +19,7 @@ import torch
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.algorithms.critic import CriticConfig, check_critic
-from rlpost.combine.base import COMBINERS
+from rlpost.combine.base import COMBINERS, check_advantage_combine
 from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
 from rlpost.data import DataConfig, reasoning_gym_tasks
@@ -84,7 +84,10 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         kl=kl,
         dynamic_sampling=spec.dynamic_sampling,
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
-        grad=build_component(GRAD_TRANSFORMS, node["grad"], "algorithm.grad") if node.get("grad") else None,
+        grad=[  # applied in the order listed (algorithm/grad=[trusted_projection,direction_monitor])
+            (name, build_component(GRAD_TRANSFORMS, {"name": name, **(params or {})}, f"algorithm.grad.{name}"))
+            for name, params in (node.get("grad") or {}).items()
+        ],
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
         rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
         offline=_build_offline(node),
@@ -172,15 +175,17 @@ def check_run(run: BuiltRun) -> None:
             f"algorithm.overlong.cache_len={algo.overlong.cache_len} must be smaller than "
             f"train.max_completion_length={train.max_completion_length}."
         )
-    if algo.grad is not None:
-        algo.grad.check_compatible(hw)
+    for name, transform in algo.grad:
+        transform.check_compatible(hw)
         if train.max_grad_norm <= 0:
-            # transformers only calls _clip_grad_norm (where the transform runs) when clipping is on
+            # transformers only calls _clip_grad_norm (where the transforms run) when clipping is on
             raise ConfigError(
-                f"algorithm.grad={type(algo.grad).registry_name} needs train.max_grad_norm > 0 (got "
+                f"algorithm/grad={name} needs train.max_grad_norm > 0 (got "
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
     check_correction(run)
+    if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
+        check_advantage_combine(run)
     check_trainer(run)
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
         if algo.critic is not None:

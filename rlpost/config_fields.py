@@ -64,7 +64,7 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
     ("algorithm.advantage", "algorithm/advantage", ADVANTAGES),
     ("algorithm.loss", "algorithm/loss", LOSSES),
     ("algorithm.regularizers.{name}", "algorithm/regularizers", REGULARIZERS),
-    ("algorithm.grad", "algorithm/grad", GRAD_TRANSFORMS),
+    ("algorithm.grad.{name}", "algorithm/grad", GRAD_TRANSFORMS),
     ("algorithm.correction", "algorithm/correction", CORRECTIONS),
     ("algorithm.rollout", "algorithm/rollout", ROLLOUTS),
     ("reward.combine", "reward/combine", COMBINERS),

@@ -53,7 +53,8 @@ class AlgorithmParts:
     correction: Correction  # off-policy / mismatch correction (the registered `none` when unset)
     rollout: RolloutStrategy  # how a group is produced (`none`: TRL's sampling)
     safety: Any  # the stability kit, a rlpost.safety.kit.SafetyKit (all off by default; imports this module)
-    grad: GradTransform | None = None  # gradient transform before clipping (None = plain gradients)
+    # gradient transforms before clipping, (name, transform) in the order they apply ([] = plain gradients)
+    grad: list[tuple[str, GradTransform]] = field(default_factory=list)
     trainer: str = "grpo"  # the bundle's trainer class, a key of rlpost.algorithms.TRAINERS
     critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
@@ -100,8 +101,7 @@ class BuiltRun:
         algo = self.algorithm
         named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
-        if algo.grad is not None:
-            named.append(("algorithm.grad", algo.grad))
+        named += [(f"algorithm.grad.{name}", transform) for name, transform in algo.grad]
         named.append(("algorithm.correction", algo.correction))
         named.append(("algorithm.rollout", algo.rollout))
         if algo.safety.cfg.any:

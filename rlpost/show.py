@@ -91,8 +91,8 @@ def explain(run: BuiltRun) -> str:
     if algo.offline is not None:  # algorithm=regen: batches from recorded replays
         cap, count = algo.offline.config.is_cap, len(algo.offline.paths)
         lines.append(f"  x min(pi_old / mu, {cap:g}) per token: truncated IS vs the behaviour of {count} replay(s)")
-    if algo.grad is not None:
-        lines.append(f"  gradients before clipping: {_describe(algo.grad)}")
+    for name, transform in algo.grad:  # in the order they apply
+        lines.append(f"  gradients before clipping, {name}: {_describe(transform)}")
     if algo.overlong.filter:
         lines.append("  truncated completions (no EOS) are excluded")
     if algo.critic is not None:

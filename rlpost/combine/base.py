@@ -47,18 +47,16 @@ class Combine(Component):
         by default the weighted sum of the terms, NaN terms left out (NaN where every term is)."""
         return nan_weighted_sum(reward_terms, weights)
 
-    def check_run(self, run: Any) -> None:
-        if self.produces == "advantages":
-            check_advantage_combine(self.registry_name, run)
 
-
-def check_advantage_combine(name: str, run: Any) -> None:
-    """ConfigError when a stage of ``run`` would treat ``reward/combine=name``'s advantages as rewards.
+def check_advantage_combine(run: Any) -> None:
+    """ConfigError when a stage of ``run`` would treat its combine's advantages as rewards (build.check_run calls
+    it when ``produces == "advantages"``).
 
     Allowed: a group-baseline ``algorithm.advantage`` (which the combine replaces), rollout strategies that
     generate or rewrite rewards relatively (applied to each reward term before the combine), and every
     stage that never reads a reward (losses, corrections, regularizers, gradient transforms, episodes).
     """
+    name = type(run.reward.combine).registry_name
     algo, where = run.algorithm, f"reward/combine={name} returns group-centred advantages"
     advantage = type(algo.advantage).registry_name
     if advantage not in GROUP_BASELINES:

@@ -74,7 +74,6 @@ class Decoupled(Combine):
             )
 
     def check_run(self, run: Any) -> None:
-        super().check_run(run)  # no stage may treat the advantages as rewards
         self.bind(run.reward.names)
 
     def __call__(

@@ -73,7 +73,6 @@ class ODRPO(Combine):
             self.index = term_index(names, self.cfg.term, "reward.combine.term")
 
     def check_run(self, run: Any) -> None:
-        super().check_run(run)  # no stage may treat the advantages as rewards
         self.bind(run.reward.names)
 
     def score(self, reward_terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:

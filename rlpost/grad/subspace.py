@@ -342,7 +342,7 @@ class Reference:
                 raise ConfigError(
                     f"algorithm.grad: {where} has no matrix for parameter {name} ({len(self.subspace)} matrices, "
                     f"e.g. {some}). Build it from checkpoints of the same model and LoRA setup, or narrow "
-                    "algorithm.grad.include / exclude."
+                    "algorithm.grad.<name>.include / exclude."
                 )
             if (b["U"].size(0), b["V"].size(0)) != tuple(p.shape):
                 raise ConfigError(

@@ -145,6 +145,6 @@ def no_gradients_message(component: str, named_params: list) -> str:
     names = [n for n, _ in named_params][:3]
     return (
         f"algorithm/grad={component}: no selected 2-D trainable parameter has a gradient "
-        f"({len(named_params)} params with gradients, e.g. {names}); check algorithm.grad.include / exclude. "
+        f"({len(named_params)} params with gradients, e.g. {names}); check algorithm.grad.{component}.include / exclude. "
         "Under DeepSpeed ZeRO p.grad is not populated: this method needs plain (DDP) gradients."
     )

@@ -81,8 +81,7 @@ class LossSeams(SeamBase):
         return 0.0
 
     def _clip_grad_norm(self, model):
-        transform = self.run.algorithm.grad
-        if transform is not None:
+        for _, transform in self.run.algorithm.grad:  # in the order listed: each sees the previous one's gradient
             named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.grad is not None]
             for name, value in transform(named, self.state.global_step).items():
                 self._metrics["train"][f"grad/{name}"].append(value)

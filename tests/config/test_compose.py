@@ -22,7 +22,7 @@ from rlpost.errors import ConfigError
 ROOT = REPO
 CONF = ROOT / "conf"
 RECIPES = ROOT / "recipes"
-LIST_GROUPS = {"algorithm/regularizers"}  # groups chosen as a list: algorithm/regularizers=[entropy]
+LIST_GROUPS = {"algorithm/regularizers", "algorithm/grad"}  # groups chosen as a list: algorithm/regularizers=[entropy]
 CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only machine
 CUDA_OPTIONS |= {
     ("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")

@@ -54,7 +54,14 @@ CONTEXT: dict[str, list[str]] = {
         "reward.terms.0.params.demo_column=null",
         "reward.terms.0.params.demos_path={demos}",
     ],
-    "algorithm/grad=": ["algorithm.grad.source=file", "algorithm.grad.path={subspace}"],
+    "algorithm/grad=trusted_projection": [
+        "algorithm.grad.trusted_projection.source=file",
+        "algorithm.grad.trusted_projection.path={subspace}",
+    ],
+    "algorithm/grad=direction_monitor": [
+        "algorithm.grad.direction_monitor.source=file",
+        "algorithm.grad.direction_monitor.path={subspace}",
+    ],
     "judge.backend=": ["reward=rubric"],  # a judge node: the rubric reward's
     "data/env=calculator": ["reward=env"],
     "data/env=search": ["reward=env"],
@@ -139,8 +146,8 @@ def _choose(field: DeclaredField) -> list[str]:
     """The override choosing the field's component (none for settings and judges)."""
     if field.group == "reward.terms[i].name":
         return [f"reward={field.component}"]
-    if field.group == "algorithm/regularizers":
-        return [f"algorithm/regularizers=[{field.component}]"]
+    if field.group in ("algorithm/regularizers", "algorithm/grad"):  # list groups
+        return [f"{field.group}=[{field.component}]"]
     return [field.choice] if "/" in field.group else []
 
 

@@ -130,7 +130,7 @@ def names_in_yaml(group: str, option: str) -> tuple[str, ...]:
     node = own_node(group, option)
     if group == "reward":
         return tuple(term["name"] for term in node["terms"])
-    if group == "algorithm/regularizers":  # a list group: the option's node is {<name>: {...params}}
+    if group in ("algorithm/regularizers", "algorithm/grad"):  # list groups: the option's node is {<name>: {...}}
         return tuple(node)
     return (node["name"],)
 

@@ -144,10 +144,10 @@ def test_show_explains_hardware(capsys):
     "overrides, expected",
     [
         (
-            ["algorithm/grad=trusted_projection", "hardware=zero2", *CPU],
+            ["algorithm/grad=[trusted_projection]", "hardware=zero2", *CPU],
             ["trusted_projection", "hardware=zero2", "ZeRO"],
         ),
-        (["algorithm/grad=direction_monitor", "hardware=zero3", *CPU], ["direction_monitor", "hardware=zero3"]),
+        (["algorithm/grad=[direction_monitor]", "hardware=zero3", *CPU], ["direction_monitor", "hardware=zero3"]),
         (["hardware=vllm-colocate"], ["vLLM", "CUDA GPU", "rlpost[vllm]"]),
         (["hardware=vllm-server", "hardware.device=cpu"], ["hardware.device=cpu", "rlpost[vllm]"]),
         (["hardware.num_processes=3"], ["train.completions_per_step=8", "3 processes (hardware.num_processes)"]),

@@ -238,9 +238,9 @@ def test_refusals_zero_hardware_missing_matrix_no_gradients_bad_config(tmp_path)
     with pytest.raises(ConfigError, match="no selected 2-D trainable parameter has a gradient"):
         TrustedProjection(TrustedProjection.Config())([("model.embed_tokens.weight", param(torch.zeros(3, 2), G))], 0)
     with pytest.raises(ConfigError, match="source=file needs path"):
-        make_run(["algorithm/grad=trusted_projection", "algorithm.grad.source=file"])
-    with pytest.raises(ConfigError, match="Invalid value algorithm.grad.side"):
-        make_run(["algorithm/grad=direction_monitor", "algorithm.grad.side=up"])
+        make_run(["algorithm/grad=[trusted_projection]", "algorithm.grad.trusted_projection.source=file"])
+    with pytest.raises(ConfigError, match="Invalid value algorithm.grad.direction_monitor.side"):
+        make_run(["algorithm/grad=[direction_monitor]", "algorithm.grad.direction_monitor.side=up"])
 
 
 class GradCapture(TrainerCallback):
@@ -261,11 +261,12 @@ def metric(trainer, key: str) -> list[float]:
 @pytest.mark.parametrize("lora", [False, True], ids=["full", "lora"])
 def test_real_steps_apply_gradients_inside_the_subspace(lora, tmp_path):
     warmup = 2 if lora else 1  # LoRA: lora_A gets no gradient at step 0 (B = 0), so ΔA needs 2 steps
-    overrides = ["algorithm/grad=trusted_projection", f"algorithm.grad.warmup_steps={warmup}", "train.steps=3"]
+    overrides = ["algorithm/grad=[trusted_projection]", f"algorithm.grad.trusted_projection.warmup_steps={warmup}"]
+    overrides += ["train.steps=3"]
     overrides += ["model.lora.enabled=true", "model.lora.r=4", "train.save_steps=1"] if lora else ["train.save_steps=3"]
     capture = GradCapture()
     trainer = train_rlpost(make_run(overrides), tmp_path, callbacks=[capture])
-    transform = trainer.run.algorithm.grad
+    [(_, transform)] = trainer.run.algorithm.grad
     assert metric(trainer, "grad/projection/active") == [0.0] * warmup + [1.0] * (3 - warmup)
     kept = metric(trainer, "grad/projection/kept_norm_ratio")[warmup:]
     assert all(0.0 < k < 0.999 for k in kept), kept  # the raw gradient was not already in the subspace
@@ -285,7 +286,9 @@ def test_real_steps_apply_gradients_inside_the_subspace(lora, tmp_path):
             u, v = subspace[name]["U"], subspace[name]["V"]
             assert project(g, u, v, "both") == pytest.approx(g, abs=1e-6 * max(1.0, float(g.abs().max()))), (step, name)
     # The subspace travels in the checkpoint and loads into a fresh component.
-    state = torch.load(tmp_path / "checkpoint-3" / "rlpost_state.pt", weights_only=True)["algorithm.grad"]
+    state = torch.load(tmp_path / "checkpoint-3" / "rlpost_state.pt", weights_only=True)[
+        "algorithm.grad.trusted_projection"
+    ]
     fresh = TrustedProjection(transform.cfg)
     fresh.load_state_dict(state)
     assert all(torch.equal(fresh.reference.subspace[n]["U"], subspace[n]["U"]) for n in names)
@@ -306,10 +309,34 @@ def test_real_steps_apply_gradients_inside_the_subspace(lora, tmp_path):
 
 
 def test_real_steps_log_the_direction_monitor(tmp_path):
-    overrides = ["algorithm/grad=direction_monitor", "algorithm.grad.warmup_steps=1", "train.steps=3"]
+    overrides = [
+        "algorithm/grad=[direction_monitor]",
+        "algorithm.grad.direction_monitor.warmup_steps=1",
+        "train.steps=3",
+    ]
     trainer = train_rlpost(make_run(overrides), tmp_path)
     change = metric(trainer, "grad/direction/change_mean")
     assert change[0] is None, "nothing is logged before the reference exists"
     assert change[1] == pytest.approx(0.0, abs=1e-4), "at step K the cumulative update is the reference"
     assert 0.0 < change[2] <= 1.0 and metric(trainer, "grad/direction/change_max")[2] >= change[2]
     assert metric(trainer, "grad/direction/matrices")[2] == 14.0  # 2 layers x 7 matrices (embeddings excluded)
+
+
+def test_projection_and_monitor_run_together_in_the_order_listed(tmp_path):
+    # Both build their reference from W[1] - W[0] (rank 8). The monitor measures this step's gradient
+    # (update=grad) after the projection: U U^T G V V^T has rank <= 8 and its singular directions lie inside
+    # span(U) and span(V), so its directional change against the same subspace is 0. Alone, the monitor
+    # sees the raw gradient, which points partly outside (change > 0).
+    common = [
+        "train.steps=3",
+        "algorithm.grad.direction_monitor.warmup_steps=1",
+        "algorithm.grad.direction_monitor.update=grad",
+    ]
+    both = ["algorithm/grad=[trusted_projection,direction_monitor]", "algorithm.grad.trusted_projection.warmup_steps=1"]
+    run = make_run([*both, *common])
+    assert [name for name, _ in run.algorithm.grad] == ["trusted_projection", "direction_monitor"]
+    together = train_rlpost(run, tmp_path / "both")
+    assert metric(together, "grad/projection/active") == [0.0, 1.0, 1.0]
+    assert metric(together, "grad/direction/change_mean")[2] == pytest.approx(0.0, abs=1e-4)
+    alone = train_rlpost(make_run(["algorithm/grad=[direction_monitor]", *common]), tmp_path / "alone")
+    assert metric(alone, "grad/direction/change_mean")[2] > 0.01
