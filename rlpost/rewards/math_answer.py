@@ -37,12 +37,12 @@ from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
 
-_NUMBER = re.compile(r"(?:(?<![\w)\]])-)?(?<![\d.])\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")
+NUMBER = re.compile(r"(?:(?<![\w)\]])-)?(?<![\d.])\d+(?:,\d{3}(?!\d))*(?:\.\d+)?")
 
 
 def last_number(text: str) -> float | None:
     """The last number written in ``text`` (``"so 1,200 - 7 = -5.5"`` -> -5.5), or None."""
-    found = _NUMBER.findall(text)
+    found = NUMBER.findall(text)
     return float(found[-1].replace(",", "")) if found else None
 
 

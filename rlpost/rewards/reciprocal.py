@@ -28,7 +28,7 @@ from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
-from rlpost.rewards.math_answer import _NUMBER, gold_number
+from rlpost.rewards.math_answer import NUMBER, gold_number
 from rlpost.schema import Range
 
 
@@ -43,7 +43,7 @@ def target_vector(gold: Any) -> list[float] | None:
 
 
 def last_numbers(text: str, k: int) -> list[float] | None:
-    found = [float(n.replace(",", "")) for n in _NUMBER.findall(text)]
+    found = [float(n.replace(",", "")) for n in NUMBER.findall(text)]
     return found[-k:] if len(found) >= k else None
 
 

@@ -7,8 +7,18 @@ problems) help most, so ``match`` chooses:
 
 - ``matched``: the draft written for this problem;
 - ``shuffled``: a draft written for another problem: from a file, one drawn (seeded, per step)
-  from the other keys; from a model, the batch's drafts rotated by one prompt (a derangement:
-  prompt p gets the draft of prompt p+1 mod P), which needs at least 2 prompts per step.
+  from the other keys; from a model, the draft of the next prompt of the step whose problem differs
+  (prompt p gets the draft of prompt p+1 mod P, skipping repeats of p's problem), which needs at least
+  2 prompts per step; when every prompt of the step is the same problem, a draft of an earlier step's
+  other problem is used, and with none yet the group gets no draft (logged): never its own.
+
+``correctness`` (source=model) guarantees what the seed's variants need, judged on each draft's own
+problem (its last number against that row's ``answer_column``): ``wrong`` keeps only wrong drafts,
+``correct`` only correct ones, ``any`` takes drafts as drawn. A draft of the other kind is drawn again
+(up to ``redraws`` times); one still of the other kind is repaired: for ``wrong`` its last number is
+replaced by the answer plus a nonzero offset (seeded; "The answer is ..." is appended when it has no
+number), for ``correct`` "The answer is <gold>." is appended. Logged per step:
+``draft_injection/redrawn_frac`` and ``draft_injection/repaired_frac``.
 
 Draft sources: ``file`` (jsonl, one ``{file_key: <the data column's value>, "draft": text}`` per
 line, keyed by the data column ``key_column``) or ``model`` (any rlpost model config, e.g. a
@@ -17,23 +27,62 @@ smaller model; it answers the original prompt, sampled at ``draft_temperature``)
 Choices where the abstract is silent: one draft per prompt, shared by the whole group (GRPO needs
 one context per group); the template labels the draft as possibly wrong; a prompt whose key is not
 in the file fails loudly (``missing: error``) or gets no draft (``missing: skip``, logged); the seed
-uses no drafts at test time, and neither does rlpost's evaluation.
+uses no drafts at test time, and neither does rlpost's evaluation. A draft file's drafts are used as
+written (write them wrong or right), so ``correctness`` needs source=model.
 """
 
 from __future__ import annotations
 
 import json
 import os
+import random
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
+from rlpost.rewards.math_answer import NUMBER, gold_number, last_number
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 from rlpost.rollouts.side_model import SideModel
 from rlpost.schema import PathSpec, Range
 
 TEMPLATE = "{prompt}\n\nA draft solution (it may be wrong):\n{draft}\n\nNow solve the problem yourself."
+BANK_SIZE = 64  # drafts of earlier steps kept for a step whose prompts are all one problem
+
+
+def is_correct(draft: str, gold: float | None) -> bool | None:
+    """The draft's last number equals the gold answer (to 1e-6 relative); None when there is no gold."""
+    if gold is None:
+        return None
+    answer = last_number(draft)
+    return answer is not None and abs(answer - gold) <= 1e-6 * max(1.0, abs(gold))
+
+
+def format_number(x: float) -> str:
+    return str(int(x)) if float(x).is_integer() else f"{x:g}"
+
+
+def make_wrong(draft: str, gold: float, rng: random.Random) -> str:
+    """``draft`` with its last number replaced by ``gold + offset`` (offset in +-1..9), or that answer appended."""
+    wrong = format_number(gold + rng.choice([-1, 1]) * rng.randint(1, 9))
+    found = list(NUMBER.finditer(draft))
+    if not found:
+        return f"{draft.rstrip()} The answer is {wrong}."
+    last = found[-1]
+    return draft[: last.start()] + wrong + draft[last.end() :]
+
+
+def make_correct(draft: str, gold: float) -> str:
+    return f"{draft.rstrip()} The answer is {format_number(gold)}."
+
+
+def next_other(keys: list[str], p: int) -> int | None:
+    """The first prompt after p (cyclically) whose problem differs from p's; None when all are p's."""
+    for step in range(1, len(keys)):
+        q = (p + step) % len(keys)
+        if keys[q] != keys[p]:
+            return q
+    return None
 
 
 def read_drafts(path: str, file_key: str) -> dict[str, str]:
@@ -77,6 +126,10 @@ class DraftInjection(RolloutStrategy):
         match: Literal["matched", "shuffled"] = "shuffled"  # draft of this problem, or of another one
         template: str = TEMPLATE  # the user message with the draft; {prompt} {draft}
         missing: Literal["error", "skip"] = "error"  # a prompt whose key the file lacks: fail, or no draft
+        # source=model: drafts as drawn, or only wrong / only correct ones for their own problem (module docstring)
+        correctness: Literal["any", "wrong", "correct"] = "any"
+        answer_column: str = "answer"  # correctness: the data column holding each problem's gold answer
+        redraws: Annotated[int, Range(ge=0)] = 2  # correctness: extra draws before a draft is repaired
 
         def __post_init__(self):
             if self.source == "file" and not self.path:
@@ -85,12 +138,17 @@ class DraftInjection(RolloutStrategy):
                 raise ValueError("source=model needs model (an rlpost model config, e.g. {source: smollm2})")
             if "{prompt}" not in self.template or "{draft}" not in self.template:
                 raise ValueError("template must contain {prompt} and {draft}")
+            if self.correctness != "any" and self.source != "model":
+                raise ValueError(
+                    f"correctness={self.correctness} needs source=model (a file's drafts are used as written)"
+                )
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
         self.drafts: dict[str, str] = read_drafts(cfg.path, cfg.file_key) if cfg.source == "file" and cfg.path else {}
         self.side = SideModel(cfg.model, cfg.draft_max_tokens, cfg.draft_temperature) if cfg.model else None
         self.last: list[tuple[str | None, str | None]] = []  # per row: (draft, the key it was written for)
+        self.bank: dict[str, str] = {}  # source=model, shuffled: recent drafts by the problem they were written for
 
     def check_run(self, run: Any) -> None:
         if self.cfg.source == "model" and self.cfg.match == "shuffled" and run.plan.prompts_per_step < 2:
@@ -107,14 +165,64 @@ class DraftInjection(RolloutStrategy):
             raise KeyError(f"rollout 'draft_injection': no data column {col!r} (set algorithm.rollout.key_column)")
         return [str(ctx.rows[s][col]) for s in starts]
 
-    def _choose(self, keys: list[str], prompts: list, ctx: RolloutContext) -> list[tuple[str | None, str | None]]:
+    def _model_drafts(self, prompts: list, golds: list[float | None], ctx: RolloutContext) -> list[str]:
+        """One draft per prompt from the draft model, of the asked correctness (redrawn, then repaired)."""
+        assert self.side is not None  # source=model requires model (Config.__post_init__)
+        device = ctx.trainer.accelerator.device
+        texts = self.side.generate(prompts, device)
+        want = self.cfg.correctness
+        if want == "any":
+            return texts
+
+        def off(p: int) -> bool:  # the draft is not of the asked kind (a row without a gold answer never is)
+            ok = is_correct(texts[p], golds[p])
+            return ok is not None and ok != (want == "correct")
+
+        first_off = [p for p in range(len(texts)) if off(p)]
+        for _ in range(self.cfg.redraws):
+            todo = [p for p in range(len(texts)) if off(p)]
+            if not todo:
+                break
+            for p, text in zip(todo, self.side.generate([prompts[p] for p in todo], device)):
+                texts[p] = text
+        repaired = [p for p in range(len(texts)) if off(p)]
+        for p in repaired:
+            gold = golds[p]
+            assert gold is not None  # off() is False without a gold answer
+            texts[p] = make_wrong(texts[p], gold, ctx.rng) if want == "wrong" else make_correct(texts[p], gold)
+        ctx.log("draft_injection/redrawn_frac", len(first_off) / len(texts))
+        ctx.log("draft_injection/repaired_frac", len(repaired) / len(texts))
+        return texts
+
+    def _mismatched(
+        self, texts: list[str], keys: list[str], ctx: RolloutContext
+    ) -> list[tuple[str | None, str | None]]:
+        """Each prompt gets the draft of another problem: the next different one of the step, else a banked one."""
+        chosen: list[tuple[str | None, str | None]] = []
+        for p, key in enumerate(keys):
+            q = next_other(keys, p)
+            if q is not None:
+                chosen.append((texts[q], keys[q]))
+                continue
+            others = [k for k in self.bank if k != key]
+            other = ctx.rng.choice(others) if others else None
+            chosen.append((self.bank[other], other) if other is not None else (None, None))
+        for text, key in zip(texts, keys):
+            self.bank.pop(key, None)
+            self.bank[key] = text
+        while len(self.bank) > BANK_SIZE:
+            self.bank.pop(next(iter(self.bank)))
+        return chosen
+
+    def _choose(
+        self, keys: list[str], prompts: list, golds: list[float | None], ctx: RolloutContext
+    ) -> list[tuple[str | None, str | None]]:
         """One (draft, key it was written for) per prompt of the batch."""
         if self.cfg.source == "model":
-            assert self.side is not None  # source=model requires model (Config.__post_init__)
-            texts = self.side.generate(prompts, ctx.trainer.accelerator.device)
-            if self.cfg.match == "shuffled":
-                return [(texts[(p + 1) % len(keys)], keys[(p + 1) % len(keys)]) for p in range(len(keys))]
-            return list(zip(texts, keys))
+            texts = self._model_drafts(prompts, golds, ctx)
+            if self.cfg.match == "matched":
+                return list(zip(texts, keys))
+            return self._mismatched(texts, keys, ctx)
         chosen: list[tuple[str | None, str | None]] = []
         for key in keys:
             if key not in self.drafts:
@@ -133,7 +241,8 @@ class DraftInjection(RolloutStrategy):
         groups = ctx.groups(len(prompts))
         starts = [g[0] for g in groups]
         keys = self._keys(ctx, starts, prompts)
-        chosen = self._choose(keys, [prompts[s] for s in starts], ctx)
+        golds = [gold_number(ctx.rows[s].get(self.cfg.answer_column)) for s in starts]
+        chosen = self._choose(keys, [prompts[s] for s in starts], golds, ctx)
         injected, self.last = list(prompts), []
         for group, (draft, source) in zip(groups, chosen):
             for i in group:

@@ -14,6 +14,8 @@ from trl import GRPOTrainer
 from rlpost.data import load_datasets
 from rlpost.models import load_model, load_tokenizer
 from rlpost.rewards.base import completion_text
+from rlpost.rewards.math_answer import gold_number
+from rlpost.rollouts.draft_injection import is_correct
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import grpo_args, make_run, step_logs
@@ -224,6 +226,32 @@ def test_draft_injection_from_a_draft_model_rotates_its_drafts(tmp_path, generat
         assert question == f"{original} DRAFT[{draft}]"
         assert written_for != original  # shuffled: written for the other prompt of the step
         assert written_for in originals
+
+
+@pytest.mark.parametrize("correctness", ["wrong", "correct"])
+def test_draft_model_drafts_are_mismatched_and_of_the_asked_correctness(correctness, tmp_path, generate_calls):
+    # The tiny random draft model writes random tokens, never the answer: "wrong" keeps them (judged against
+    # each draft's own problem), "correct" must repair every one of them (after its redraws).
+    trainer = train(
+        [
+            "algorithm/rollout=draft_injection",
+            "algorithm.rollout.source=model",
+            "+algorithm.rollout.model={source: tiny_random, tiny_layers: 1}",
+            "algorithm.rollout.draft_max_tokens=6",
+            f"algorithm.rollout.correctness={correctness}",
+            "algorithm.rollout.redraws=1",
+        ],
+        tmp_path,
+    )
+    strategy = trainer.run.algorithm.rollout
+    rows = trainer.batches[-1]["rows"]
+    golds = {r["prompt"][-1]["content"]: gold_number(r["answer"]) for r in rows}
+    for i, row in enumerate(rows):
+        draft, written_for = strategy.last[i]
+        assert written_for != row["prompt"][-1]["content"]  # mismatched: another problem's draft
+        assert is_correct(draft, golds[written_for]) is (correctness == "correct")
+    repaired = logged(trainer, "rlpost/rollout/draft_injection/repaired_frac")
+    assert repaired == ([1.0] * 2 if correctness == "correct" else [0.0] * 2)
 
 
 # ---- conditioned second rollout under the original prompt (000 #6, #12, #19; 004 #16) ---------

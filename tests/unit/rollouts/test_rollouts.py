@@ -5,6 +5,7 @@ bookkeeping, conditioned prompts, and bad config (exit code 2, keys and choices 
 from __future__ import annotations
 
 import math
+import random
 
 import pytest
 import torch
@@ -16,6 +17,7 @@ from rlpost.build import build_run
 from rlpost.errors import ConfigError
 from rlpost.rollouts.base import Rollouts, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt
+from rlpost.rollouts.draft_injection import DraftInjection, is_correct, make_correct, make_wrong, next_other
 from rlpost.rollouts.forced_refusal import ForcedRefusal, refusal_rewards
 from rlpost.rollouts.generic_negative import negative_baseline_rewards
 from rlpost.rollouts.rubric_guidance import missed_criteria, rise_keep, weighted_mean
@@ -143,6 +145,10 @@ def test_every_bundle_defaults_to_plain_sampling():
         ),
         (["algorithm/rollout=draft_injection", "algorithm.rollout.source=model"], "source=model needs model"),
         (
+            ["algorithm/rollout=draft_injection", "algorithm.rollout.correctness=wrong"],
+            "correctness=wrong needs source=model",
+        ),
+        (
             [
                 "algorithm/rollout=draft_injection",
                 "algorithm.rollout.source=model",
@@ -196,3 +202,36 @@ def test_rlpost_list_shows_the_rollouts_with_their_seeds():
         "rubric_guidance": "seed 000 #6",
         "reflect_revise": "seed 000 #19",
     }
+
+
+# ---- draft_injection: wrong / correct / mismatched guarantees (seed 004 #19) -------------------------------
+def test_draft_correctness_and_its_repairs_by_hand():
+    assert is_correct("12 * 34 = 408", 408.0) is True
+    assert is_correct("so 1,200", 1200.0) is True and is_correct("about 407", 408.0) is False
+    assert is_correct("no number", 408.0) is False and is_correct("408", None) is None
+    rng = random.Random(0)
+    # the last number (408) becomes 408 + offset, offset = sign * k with sign, k drawn from the same rng
+    probe = random.Random(0)
+    offset = probe.choice([-1, 1]) * probe.randint(1, 9)
+    assert make_wrong("12 * 34 = 408. Done", 408.0, rng) == f"12 * 34 = {408 + offset}. Done"
+    assert offset != 0 and is_correct(make_wrong("408", 408.0, random.Random(1)), 408.0) is False
+    assert make_wrong("I am not sure", 408.0, random.Random(0)) == f"I am not sure The answer is {408 + offset}."
+    assert make_correct("I am not sure", 408.0) == "I am not sure The answer is 408."
+    assert make_correct("x", 2.5) == "x The answer is 2.5."
+
+
+def test_mismatched_drafts_skip_repeats_of_the_same_problem_and_fall_back_to_earlier_steps():
+    assert next_other(["a", "b", "c"], 0) == 1 and next_other(["a", "b", "c"], 2) == 0
+    assert next_other(["a", "a", "b", "a"], 0) == 2  # rows 1 (a again) skipped
+    assert next_other(["a", "a"], 0) is None
+
+    class Ctx:  # what _mismatched reads of the rollout context: its seeded rng
+        rng = random.Random(0)
+
+    strategy = DraftInjection(DraftInjection.Config(source="file", path="recipes/data/arith_drafts.jsonl"))
+    chosen = strategy._mismatched(["draft a1", "draft a2", "draft b"], ["a", "a", "b"], Ctx())
+    assert chosen == [("draft b", "b"), ("draft b", "b"), ("draft a1", "a")]  # never a draft of its own problem
+    # a step whose prompts are all one problem: an earlier step's draft of another problem, never its own
+    assert strategy._mismatched(["draft a3", "draft a4"], ["a", "a"], Ctx()) == [("draft b", "b")] * 2
+    fresh = DraftInjection(DraftInjection.Config(source="file", path="recipes/data/arith_drafts.jsonl"))
+    assert fresh._mismatched(["x", "y"], ["a", "a"], Ctx()) == [(None, None)] * 2  # nothing else yet: no draft
