@@ -9,12 +9,21 @@ models and is gated by language identification")::
 keeps it fast and its confidences comparable); ``conf`` is lingua's confidence of the target
 language among them.
 
-The paper's two QE models (COMET-style, e.g. CometKiwi) cannot be had offline, so the estimators
-``q_ik`` in [0, 1] are ones that run here (``estimators``, default ``[judge, heuristic]``):
+The paper's two QE models (COMET-style, e.g. CometKiwi) cannot be had offline, so the default
+estimators ``q_ik`` in [0, 1] are ones that run here (``estimators``, default ``[judge, heuristic]``),
+and a real QE model has its slot:
+
+- ``model``: a QE model loaded by name (``qe_model``, ``qe_kind``: a COMET checkpoint through
+  ``unbabel-comet``, or a 1-label sequence-classifier folder; rlpost/rewards/qe_model.py). Use it, with
+  a second one or beside ``judge``, wherever such a model is installed: it is the paper's estimator.
 
 - ``judge``: a local LM judge (rlpost/judges/, SmolLM2-135M-Instruct by default) asked whether the
   output is an accurate, fluent translation of the source into the target language; yes/no mode
-  gives P(Yes). It is the only adequacy signal available offline; a weak judge, but it reads both sides.
+  gives P(Yes). It is the only adequacy signal available offline. What it can see: both sides, the
+  target language's name, gross failures (empty, off-topic, untranslated). What it cannot: a 135M
+  model reads German or French poorly, so meaning errors, wrong terms and dropped clauses in a fluent
+  output mostly pass, and its P(Yes) varies with surface features; a trained QE model (``model``)
+  scores exactly those.
 - ``heuristic`` = ``length * no_copy``, cross-lingual surface checks that catch what a small judge
   misses (empty, truncated, runaway or copied outputs); deterministic and free:
     ``length  = min(rho, l) / max(rho, l)``, ``rho = chars(y) / chars(x)``, ``l = length_ratio``
@@ -38,14 +47,15 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
+from rlpost.rewards.qe_model import QEModel
 from rlpost.schema import Range
 
-ESTIMATORS = ("judge", "heuristic", "length", "no_copy")
+ESTIMATORS = ("judge", "heuristic", "length", "no_copy", "model")
 JUDGE_TEMPLATE = (
     "Source ({source_lang}): {source}\n\nTranslation ({target_lang}): {translation}\n\n"
     "Is the translation an accurate and fluent {target_lang} translation of the source? {answer_format}"
@@ -93,7 +103,7 @@ class QeLid(Reward):
         estimators: tuple[str, ...] = (
             "judge",
             "heuristic",
-        )  # QE estimators averaged: judge | heuristic | length | no_copy
+        )  # QE estimators averaged: judge | heuristic | length | no_copy | model (qe_model)
         languages: tuple[str, ...] = ("en", "de", "fr")  # languages lingua loads (targets and sources)
         target: str | None = None  # the target language for every row (used when target_column is null)
         target_column: str | None = "target_lang"  # data column with each row's target language
@@ -108,6 +118,8 @@ class QeLid(Reward):
         # judge prompt: {source} {translation} {source_lang} {target_lang} {answer_format}
         template: str = JUDGE_TEMPLATE
         strip_think: bool = True  # score only the text after </think>
+        qe_model: str | None = None  # estimator model: a COMET name / .ckpt (qe_kind=comet) or a classifier folder
+        qe_kind: Literal["comet", "classifier"] = "comet"  # how qe_model loads (rlpost/rewards/qe_model.py)
 
         def __post_init__(self) -> None:
             if not 0.0 <= self.min_confidence <= 1.0 or self.length_ratio <= 0 or self.copy_min_chars < 1:
@@ -136,6 +148,14 @@ class QeLid(Reward):
             except ValueError as err:
                 raise ParamError("target", str(err)) from None
         self.detector = LanguageDetectorBuilder.from_languages(*self.languages).build()
+        self.qe_model = None
+        if "model" in cfg.estimators:
+            if not cfg.qe_model:
+                raise ParamError("qe_model", "estimator 'model' needs qe_model (a COMET name or a classifier folder)")
+            try:
+                self.qe_model = QEModel(cfg.qe_model, cfg.qe_kind)
+            except ConfigError as err:
+                raise ParamError("qe_model", str(err)) from None
         self.judge = None
         if "judge" in cfg.estimators:
             try:
@@ -196,6 +216,9 @@ class QeLid(Reward):
                 length_score(x, y, cfg.length_ratio) * no_copy_score(x, y, cfg.copy_min_chars)
                 for x, y in zip(sources, outputs)
             ]
+        if name == "model":
+            assert self.qe_model is not None, "estimator 'model' needs qe_model"
+            return list(self.qe_model.scores(sources, outputs))
         if not sources:
             return []
         assert self.judge is not None, f"estimator {name!r} needs qe_lid's judge"

@@ -98,6 +98,7 @@ HELPERS: dict[str, str] = {
     "rewards/code_runner.py": "the jailed child that loads code_exec's candidate program (imports nothing from rlpost)",
     "rewards/code_judge.py": "the judge process that runs code_exec's tests and alone writes the verdict",
     "rewards/embeddings.py": "sentence embeddings for group_diversity and core",
+    "rewards/qe_model.py": "the QE model (COMET or a classifier folder) of qe_lid's model estimator",
     "rewards/group.py": "GroupReward, the base of the group-level rewards",
     "rewards/human_eval.py": "HumanEval rows and checks (data.source=human_eval, code_exec)",
     "rewards/preference.py": "order-swapped pairwise judging for pairwise_preference and rank_judge",

@@ -3,13 +3,19 @@ on real short sentences in English, German and French; failure paths and config 
 
 from __future__ import annotations
 
+import importlib.util
 import math
+import sys
+import types
 
 import pytest
+import torch
 from support_runs import one_step
+from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.errors import ConfigError
+from rlpost.models import ModelConfig, tiny_random_folder
 from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.qe_lid import length_score, no_copy_score
@@ -97,6 +103,8 @@ def test_failure_paths_empty_unknown_and_judge_failure():
         ({"target": "es", "target_column": None}, "target: Spanish is not among"),
         ({"target": None, "target_column": None}, "target: set target"),
         ({"min_confidence": 1.5}, "min_confidence: needs"),
+        ({"estimators": ["model"]}, "qe_model: estimator 'model' needs qe_model"),
+        ({"estimators": ["model"], "qe_model": "/nowhere", "qe_kind": "classifier"}, "qe_model: .*nowhere"),
     ],
 )
 def test_config_errors_name_the_key(params, match):
@@ -118,3 +126,58 @@ def test_milmmt_recipe_runs_one_step_on_the_tiny_model(tmp_path):
     logged = {k: v for row in rows for k, v in row.items()}
     assert "eval/chrf" in logged and math.isfinite(logged["eval/chrf"])
     assert 0.0 <= logged["qe_lid/gate"] <= 1.0 and "rewards/qe_lid/mean" in logged
+
+
+@pytest.fixture(scope="module")
+def qe_classifier(tmp_path_factory):
+    """A 1-label sequence classifier on the tiny random model's config and tokenizer: a real QE model folder."""
+    folder = tiny_random_folder(ModelConfig(source="tiny_random"))
+    config = AutoConfig.from_pretrained(folder, num_labels=1)
+    torch.manual_seed(0)
+    model = AutoModelForSequenceClassification.from_config(config)
+    out = tmp_path_factory.mktemp("qe")
+    model.save_pretrained(out)
+    AutoTokenizer.from_pretrained(folder).save_pretrained(out)
+    return out
+
+
+def test_model_estimator_scores_source_and_translation_with_the_classifier(qe_classifier):
+    reward = make(
+        target="de", target_column=None, estimators=["model"], qe_model=str(qe_classifier), qe_kind="classifier"
+    )
+    outs = ["Das Haus ist gross und alt.", SRC]
+    rewards = reward(["p"] * 2, outs, source=[SRC, SRC])
+    # the score is sigmoid(logit) of the classifier on "source\ntranslation"; the copy is gated out (0)
+    tok = AutoTokenizer.from_pretrained(qe_classifier)
+    model = AutoModelForSequenceClassification.from_pretrained(qe_classifier).eval()
+    with torch.no_grad():
+        ids = tok(f"{SRC}\n{outs[0]}", add_special_tokens=False, return_tensors="pt")["input_ids"]
+        expected = torch.sigmoid(model(input_ids=ids).logits[0, 0]).item()
+    assert rewards == pytest.approx([expected, 0.0], abs=1e-5)
+    assert 0.0 < rewards[0] < 1.0
+
+
+def test_comet_kind_says_what_to_install_and_feeds_comet_src_and_mt(monkeypatch):
+    if importlib.util.find_spec("comet") is None:  # the offline default: a clear error before anything loads
+        with pytest.raises(ConfigError, match="pip install unbabel-comet"):
+            make(target="de", target_column=None, estimators=["model"], qe_model="Unbabel/wmt22-cometkiwi-da")
+    # COMET and its checkpoints cannot be installed or downloaded here: a stand-in package checks the wiring
+    seen = []
+
+    class Checkpoint:
+        def predict(self, data, batch_size, gpus, progress_bar):
+            seen.extend(data)
+            return types.SimpleNamespace(scores=[1.3, -0.2][: len(data)])
+
+    comet = types.ModuleType("comet")
+    comet.download_model = lambda name: f"/cache/{name}.ckpt"
+    comet.load_from_checkpoint = lambda path: Checkpoint()
+    monkeypatch.setitem(sys.modules, "comet", comet)
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "comet" else None)
+    reward = make(target="de", target_column=None, estimators=["model"], qe_model="Unbabel/wmt22-cometkiwi-da")
+    out = reward(["p"] * 2, ["Das Haus ist gross und alt.", "Das Haus ist alt."], source=[SRC, "The house is old."])
+    assert seen == [
+        {"src": SRC, "mt": "Das Haus ist gross und alt."},
+        {"src": "The house is old.", "mt": "Das Haus ist alt."},
+    ]
+    assert out == [1.0, 0.0]  # COMET scores clipped to [0, 1]

@@ -1,0 +1,94 @@
+"""A real quality-estimation model for ``qe_lid``'s ``model`` estimator, loaded by name (seed 000 #1).
+
+MiLMMT averages two reference-free QE models (COMET-style, e.g. CometKiwi). Two kinds load here:
+
+- ``comet``: a COMET checkpoint through the ``unbabel-comet`` package (``pip install unbabel-comet``),
+  by Hugging Face name (``Unbabel/wmt22-cometkiwi-da``, from the local cache when offline) or by the path
+  of a ``.ckpt``. Each sample is ``{"src": source, "mt": translation}``; COMET's score is clipped to [0, 1].
+- ``classifier``: a folder of a 1-label ``*ForSequenceClassification`` (the shape ``rlpost train-rm``
+  writes) reading ``source + "\\n" + translation``; its logit goes through a sigmoid to [0, 1].
+
+Both load on the first call, on the policy's device, in eval mode with no grad; neither is bundled (no
+QE model can be downloaded here), so ``qe_lid``'s default estimators stay the local judge and the
+heuristics, and this slot is for machines that have one.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+from typing import Any, Literal
+
+import torch
+
+from rlpost.errors import ConfigError
+
+QEKind = Literal["comet", "classifier"]
+
+
+def check_qe_model(name: str, kind: QEKind) -> None:
+    """ConfigError before anything loads: the package (comet) or the folder (classifier) is missing."""
+    if kind == "comet":
+        if importlib.util.find_spec("comet") is None:
+            raise ConfigError(
+                f"qe_model={name!r} (qe_kind=comet) needs the unbabel-comet package: pip install unbabel-comet "
+                "(and the model in the Hugging Face cache when offline), or use qe_kind=classifier with a "
+                "sequence-classifier folder."
+            )
+        return
+    from rlpost.rewards.reward_model import check_classifier_folder
+
+    check_classifier_folder(name)
+
+
+class QEModel:
+    """``scores(sources [K], translations [K]) -> [K]`` in [0, 1] from a COMET model or a classifier folder."""
+
+    def __init__(self, name: str, kind: QEKind, batch_size: int = 8, max_length: int = 512):
+        check_qe_model(name, kind)
+        self.name, self.kind, self.batch_size, self.max_length = name, kind, batch_size, max_length
+        self._model: Any = None
+        self._tokenizer: Any = None
+
+    def __getstate__(self) -> dict:  # TRL's rollout workers: reload lazily there
+        return {**self.__dict__, "_model": None, "_tokenizer": None}
+
+    def scores(self, sources: list[str], translations: list[str]) -> list[float]:
+        if not sources:
+            return []
+        if self.kind == "comet":
+            return self._comet(sources, translations)
+        return self._classifier(sources, translations)
+
+    def _comet(self, sources: list[str], translations: list[str]) -> list[float]:
+        from comet import download_model, load_from_checkpoint
+
+        if self._model is None:
+            path = self.name if os.path.exists(self.name) else download_model(self.name)
+            self._model = load_from_checkpoint(path)
+        data = [{"src": s, "mt": t} for s, t in zip(sources, translations)]
+        out = self._model.predict(
+            data, batch_size=self.batch_size, gpus=int(torch.cuda.is_available()), progress_bar=False
+        )
+        return [min(1.0, max(0.0, float(s))) for s in out.scores]
+
+    def _classifier(self, sources: list[str], translations: list[str]) -> list[float]:
+        from accelerate import PartialState
+        from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+        from rlpost.reward_model.pairs import encode, score_ids
+
+        if self._model is None:
+            tokenizer = AutoTokenizer.from_pretrained(self.name, trust_remote_code=False)
+            if tokenizer.pad_token is None:
+                tokenizer.pad_token = tokenizer.eos_token
+            model = AutoModelForSequenceClassification.from_pretrained(
+                self.name, use_safetensors=True, trust_remote_code=False
+            )
+            model.config.pad_token_id = tokenizer.pad_token_id
+            self._model = model.to(PartialState().device).eval().requires_grad_(False)
+            self._tokenizer = tokenizer
+        texts = [f"{s}\n{t}" for s, t in zip(sources, translations)]
+        ids = encode(self._tokenizer, texts, self.max_length)
+        logits = score_ids(self._model, ids, self._tokenizer.pad_token_id, self.batch_size)
+        return torch.sigmoid(logits).tolist()
