@@ -83,6 +83,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         aggregation=aggregation,
         kl=kl,
         dynamic_sampling=spec.dynamic_sampling,
+        max_refill_rounds=spec.max_refill_rounds,
         overlong=build_config(OverlongSettings, node.get("overlong"), "algorithm.overlong"),
         grad=[  # applied in the order listed (algorithm/grad=[trusted_projection,direction_monitor])
             (name, build_component(GRAD_TRANSFORMS, {"name": name, **(params or {})}, f"algorithm.grad.{name}"))
@@ -159,6 +160,33 @@ def build_run(cfg: Any) -> BuiltRun:
     return run
 
 
+def check_refill(run: BuiltRun) -> None:
+    """algorithm.max_refill_rounds (DAPO's refill, rlpost/trainer/refill.py) needs what it builds on."""
+    algo, plan, rounds = run.algorithm, run.plan, run.algorithm.max_refill_rounds
+    if not rounds:
+        return
+    key = f"algorithm.max_refill_rounds={rounds}"
+    if not algo.dynamic_sampling:
+        raise ConfigError(f"{key} refills the groups dynamic sampling drops; set algorithm.dynamic_sampling=true.")
+    if algo.critic is not None or algo.offline is not None:
+        raise ConfigError(
+            f"{key} generates more rollouts within a step; algorithm={algo.name} "
+            f"({'a PPO critic' if algo.critic is not None else 'offline replays'}) does not support it."
+        )
+    if run.settings.logging.replay:
+        raise ConfigError(
+            f"{key} and logging.replay=true cannot be combined: a replay records one generation batch, but the "
+            "trained batch mixes several refill rounds."
+        )
+    if (plan.completions_per_step // plan.world_size) % plan.num_generations:
+        raise ConfigError(
+            f"{key} moves whole groups within a process, but each of the {plan.world_size} processes holds "
+            f"{plan.completions_per_step // plan.world_size} completions, not a multiple of "
+            f"train.num_generations={plan.num_generations}; make train.completions_per_step a multiple of "
+            f"{plan.world_size * plan.num_generations}."
+        )
+
+
 def check_run(run: BuiltRun) -> None:
     """Cross-group checks: combinations that each group alone cannot see (each value's own range is
     declared on its field and checked by ``build_config``)."""
@@ -183,6 +211,7 @@ def check_run(run: BuiltRun) -> None:
                 f"algorithm/grad={name} needs train.max_grad_norm > 0 (got "
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
+    check_refill(run)
     check_correction(run)
     if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
         check_advantage_combine(run)

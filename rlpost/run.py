@@ -58,6 +58,7 @@ class AlgorithmParts:
     trainer: str = "grpo"  # the bundle's trainer class, a key of rlpost.algorithms.TRAINERS
     critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
+    max_refill_rounds: int = 0  # DAPO's refill: extra generation rounds for dropped groups (rlpost/trainer/refill.py)
 
 
 @dataclass

@@ -82,6 +82,10 @@ def explain(run: BuiltRun) -> str:
     if algo.dynamic_sampling:
         signal = "advantages" if reward.combine.produces == "advantages" else "rewards"
         lines.append(f"  groups with all-equal {signal} are dropped from the loss (dynamic sampling)")
+        if algo.max_refill_rounds:
+            lines.append(
+                f"  then up to {algo.max_refill_rounds} more generation batches of fresh prompts refill them (DAPO)"
+            )
     lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
     if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
         lines.append(f"  x correction {_describe(algo.correction)}")

@@ -6,6 +6,7 @@ The path of one batch, top to bottom (docs/architecture.md draws it):
     scoring.py      seam 3 _generate_and_score_completions   starts the batch state (rlpost/batch.py),
                     TRL generates and scores (seams 1-2 run inside), then rlpost/pipeline.py turns
                     the reward matrix into advantages and the loss inputs are filled
+    refill.py       (in seam 3)                  DAPO's refill: more generation rounds fill dropped groups
     core.py         seam 1 _generate             rollouts.py's strategy, lengths and truncation kept
     rollouts.py     seam 1b / 7                  rollout strategies; shared-prefix and copy/peer generation
     core.py         seam 2 _calculate_rewards    the gathered reward matrix [N, R] is kept

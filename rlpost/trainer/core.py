@@ -25,12 +25,15 @@ from rlpost.trainer.corrections import CorrectionSeams
 from rlpost.trainer.episodes import EpisodeRollouts
 from rlpost.trainer.logprobs import LogProbSeams
 from rlpost.trainer.loss import LossSeams
+from rlpost.trainer.refill import RefillSeams
 from rlpost.trainer.rollout_engine import RolloutEngine
 from rlpost.trainer.rollouts import RolloutSeams
 from rlpost.trainer.scoring import ScoringSeams
 
 
-class RLPostTrainer(ScoringSeams, LossSeams, CorrectionSeams, RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer):
+class RLPostTrainer(
+    ScoringSeams, RefillSeams, LossSeams, CorrectionSeams, RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer
+):
     """GRPOTrainer whose advantages and loss come from rlpost components (rlpost/trainer/__init__.py)."""
 
     def __init__(

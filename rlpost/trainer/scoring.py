@@ -24,11 +24,21 @@ ROLLOUT_STATISTICS = ("entropies", "logps", "ref_logps", "token_text")  # what a
 class ScoringSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``batch`` and TRL state."""
 
+    batch: GenerationBatch | None  # the generation batch in flight (RLPostTrainer.__init__ starts it as None)
+
     def _generate_and_score_completions(self, inputs):
-        self.batch = GenerationBatch(rows=inputs)
+        output = self._score_generation_batch(inputs, first=True)
+        if self.model.training and self.run.algorithm.max_refill_rounds:  # DAPO's refill (trainer/refill.py)
+            output = self._refill(inputs, output)
+        return output
+
+    def _score_generation_batch(self, inputs: list, first: bool) -> dict:
+        """Generate, score and run the pipeline on one generation batch; ``first=False`` (a refill round)
+        logs no pipeline metrics and records no samples or replays."""
+        batch = self.batch = GenerationBatch(rows=inputs)
         output = super()._generate_and_score_completions(inputs)  # seams 1 and 2 run inside
         training = self.model.training
-        result = self.batch.result = run_pipeline(self._pipeline_inputs(output), self.run.reward, self.run.algorithm)
+        result = batch.result = run_pipeline(self._pipeline_inputs(output), self.run.reward, self.run.algorithm)
         local = self._process_slice(len(inputs))
         advantages = result.advantages.values
         local_adv = advantages[local]
@@ -45,11 +55,14 @@ class ScoringSeams(SeamBase):
         loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
         output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
 
+        if not first:
+            return output
         mode = "train" if training else "eval"
         for name, value in result.metrics.items():
             self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)
         if training:
-            terms = self.batch.reward_terms[local]
+            assert batch.reward_terms is not None  # seam 2 kept it
+            terms = batch.reward_terms[local]
             self._record_samples(terms, result.rewards.values[local], advantages[local])
             if self.replay is not None:  # logging.replay: this process's rollouts with behaviour log-probs
                 self.replay.record(self, output, terms, result.rewards.values[local], advantages[local], inputs)
@@ -58,6 +71,7 @@ class ScoringSeams(SeamBase):
     def _pipeline_inputs(self, output: dict) -> PipelineInputs:
         """The batch gathered over processes (completions padded to the longest)."""
         batch, algo, training = self.batch, self.run.algorithm, self.model.training
+        assert batch is not None  # started by _score_generation_batch
         multi = self.accelerator.num_processes > 1
         device = output["completion_ids"].device
         kl_shaping = algo.kl.coef > 0 and algo.kl.placement in ("reward", "token")
@@ -136,6 +150,7 @@ class ScoringSeams(SeamBase):
         if self.sample_sink is None or not self.accelerator.is_main_process:
             return
         batch, count = self.batch, self.run.settings.logging.samples_per_step
+        assert batch is not None
         rows = [
             {
                 "step": self.state.global_step,

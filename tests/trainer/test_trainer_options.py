@@ -63,6 +63,43 @@ def test_dynamic_sampling_drops_zero_variance_groups(tmp_path):
     assert min(kept) < 1.0, "the test needs at least one dropped group"
 
 
+def test_dynamic_sampling_refill_puts_informative_groups_in_the_dropped_ones(tmp_path):
+    # DAPO's refill (rlpost/trainer/refill.py): 0/1 rewards over groups of 2 are all-equal half of the time;
+    # up to 4 more generation rounds replace the dropped groups with informative ones from fresh prompts.
+    run = make_run(
+        [BINARY, "algorithm=dapo", "train.num_generations=2", "train.steps=3", "algorithm.overlong.soft_penalty=false",
+         "algorithm.max_refill_rounds=4"]
+    )  # fmt: skip
+    trainer = rlpost_trainer(run, tmp_path)
+    trained = []
+    score = trainer._generate_and_score_completions
+
+    def spy(inputs):
+        out = score(inputs)
+        trained.append({k: out[k].clone() for k in ("rlpost_keep", "advantages", "prompt_ids", "completion_ids")})
+        return out
+
+    trainer._generate_and_score_completions = spy
+    trainer.train()
+    before = metric(trainer, "rlpost/dynamic_sampling/kept_fraction")  # round 0, as without refill
+    after = metric(trainer, "rlpost/dynamic_sampling/kept_fraction_after_refill")
+    rounds = metric(trainer, "rlpost/dynamic_sampling/rounds")
+    drawn = metric(trainer, "rlpost/dynamic_sampling/groups_drawn")
+    effective = metric(trainer, "rlpost/dynamic_sampling/effective_groups")
+    assert min(before) < 1.0, "the test needs a dropped group"
+    groups = 8 // 2
+    for b, a, r, d, e, batch in zip(before, after, rounds, drawn, effective, trained):
+        assert a >= b and d == r * groups and e == a * groups
+        if r < 5:  # stopped early: every group carries signal now
+            assert a == 1.0
+        keep = batch["rlpost_keep"]  # what the loss sees: exactly the effective groups, nothing masked beyond them
+        assert keep.sum().item() == e * 2
+        adv = batch["advantages"].view(groups, 2)
+        assert torch.all((adv[:, 0] != 0) == (keep.view(groups, 2)[:, 0] > 0))  # kept groups have a signal
+        assert torch.allclose(adv.sum(1), torch.zeros(groups), atol=1e-5)  # each group's advantages sum to 0
+    assert max(rounds) > 1, "some step needed a refill round"
+
+
 def test_soft_overlong_penalty_reaches_the_reward(tmp_path):
     # The tiny random model never emits EOS: every completion hits the limit and gets -factor.
     run = make_run(["algorithm=dapo", "algorithm.overlong.cache_len=4", "algorithm.overlong.factor=0.5"])
