@@ -35,6 +35,7 @@ class Pair:
     baseline: list[str]
     metrics: list[str]
     eval_keys: list[str] = field(default_factory=lambda: ["eval/accuracy"])
+    baseline_label: str = "grpo"
 
 
 def pairs(steps: int) -> list[Pair]:
@@ -75,6 +76,21 @@ def pairs(steps: int) -> list[Pair]:
             ["recipe=gepo", *batch],
             ["recipe=default", *batch],
             ["reward", "entropy", "rlpost/gepo/attenuated_frac", "rlpost/gepo/group_entropy_mean"],
+        ),
+        Pair(
+            "dapo",
+            "DAPO dynamic sampling with refill (seed 000 #23, up to 2 extra rounds) vs mask-only (the previous behaviour)",
+            ["algorithm=dapo", "algorithm.max_refill_rounds=2", *batch],
+            ["algorithm=dapo", "algorithm.max_refill_rounds=0", *batch],
+            [
+                "reward",
+                "dynamic_sampling/kept_fraction",
+                "dynamic_sampling/rounds",
+                "dynamic_sampling/groups_drawn",
+                "dynamic_sampling/effective_groups",
+                "dynamic_sampling/kept_fraction_after_refill",
+            ],
+            baseline_label="dapo, mask only",
         ),
     ]
 
@@ -133,7 +149,7 @@ def main() -> None:
     for pair in chosen:
         runs = {
             pair.name: run(f"{pair.name}-{args.steps}", pair.method),
-            "grpo": run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
+            pair.baseline_label: run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
         }
         report.append(table(pair, runs))
         plot = plot_curves(
@@ -143,10 +159,28 @@ def main() -> None:
         )
         print(f"plot: {plot}", flush=True)
         print(report[-1], flush=True)
-    (ROOT / "bench" / "METHODS.md").write_text(
-        "# Named methods against GRPO at equal steps (CPU, SmolLM2-135M, seed 0)\n\n"
-        "Written by `python bench/method_experiments.py`.\n\n" + "\n".join(report)
+    path = ROOT / "bench" / "METHODS.md"
+    text = (
+        path.read_text()
+        if path.exists()
+        else (
+            "# Named methods against GRPO at equal steps (CPU, SmolLM2-135M, seed 0)\n\n"
+            "Written by `python bench/method_experiments.py`.\n\n"
+        )
     )
+    for section in report:  # each pair's section replaces its earlier version; the others stay
+        text = replace_section(text, section)
+    path.write_text(text)
+
+
+def replace_section(text: str, section: str) -> str:
+    """``text`` with the ``### title`` section of ``section`` replaced (up to the next ``##``), or appended."""
+    title = section.splitlines()[0]
+    start = text.find(title + "\n")
+    if start < 0:
+        return text.rstrip("\n") + "\n\n" + section
+    end = text.find("\n#", start + len(title))
+    return text[:start] + section + ("\n" + text[end + 1 :] if end >= 0 else "")
 
 
 if __name__ == "__main__":
