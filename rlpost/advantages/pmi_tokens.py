@@ -11,16 +11,22 @@ ramped in over training::
     A_{i,t}    = A_i * w_{i,t}                                          [N, T]
     lam_k      = strength * min(1, k / ramp_steps)                      k = batches seen, this one included
 
-c(v) counts token id v over the valid tokens of the group, c_P(v) over those of its positive
-completions (n, n_P their totals), V = distinct token ids in the group, a = ``smoothing``. The mean
+c(v) counts token id v over the valid tokens of the counting scope, c_P(v) over those of its
+positive completions (n, n_P their totals), V = distinct token ids in the scope, a = ``smoothing``.
+The scope (``scope``) is the whole generation batch by default (``batch``): successes and failures of
+every group, each completion's set chosen by the sign of its own group's advantage; ``group`` counts
+inside each group only. The mean
 of w over a completion's tokens is 1, so each completion keeps its GRPO advantage in total (sum_t
 A_{i,t} = T_i A_i); only the credit per token changes. ``strength: 0`` is GRPO exactly.
 
 Choices where the abstract is silent:
-- "PMI" is between a token and the outcome inside the group: log p(token | success) / p(token),
-  the cheapest reading that needs no extra forward pass (a context-free PMI log p(y_t|x,y<t) -
-  log p(y_t|y<t) would need one without the prompt); failures use the failed set's PMI, so tokens
-  typical of failures take more of the blame.
+- "PMI" is between a token and the outcome: log p(token | success) / p(token), the cheapest reading
+  that needs no extra forward pass (a context-free PMI log p(y_t|x,y<t) - log p(y_t|y<t) would need
+  one without the prompt); failures use the failed set's PMI, so tokens typical of failures take more
+  of the blame. Counted over the batch by default: inside one group of G short completions a token
+  rarely repeats, and a token seen once has the same PMI as every other (log n / n_P), so in-group
+  counts give back GRPO's uniform credit; across the batch's groups the recurring tokens of successes
+  (and of failures) separate. A batch whose tokens never repeat at all is GRPO under either scope.
 - "Progressive" is a linear ramp of the modulation strength over ``ramp_steps`` generation batches
   (0 = full strength at once); the batch count is saved in checkpoints.
 - Weights are normalized per completion (mean 1 over its valid tokens) so sequence-level credit and
@@ -64,7 +70,7 @@ def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothi
 
 @ADVANTAGES.register("pmi_tokens")
 class PMITokens(Advantage):
-    """GRPO advantage redistributed over tokens by in-group success/failure PMI, ramped in (P-GRPO) [N, T]."""
+    """GRPO advantage redistributed over tokens by success/failure PMI over the batch, ramped in (P-GRPO) [N, T]."""
 
     stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
 
@@ -76,6 +82,7 @@ class PMITokens(Advantage):
         ramp_steps: Annotated[int, Range(ge=0)] = 10  # generation batches to reach full strength (0 = from the start)
         smoothing: Annotated[float, Range(ge=0)] = 1.0  # additive (Laplace) smoothing of the token counts
         clip: Annotated[float, Range(gt=0)] = 2.0  # |PMI| cap before the weight is formed
+        scope: Literal["batch", "group"] = "batch"  # where tokens are counted: the whole batch, or each group
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
         eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std
 
@@ -107,10 +114,11 @@ class PMITokens(Advantage):
         mask = batch.completion_mask > 0
         ids = batch.completion_ids[:, : mask.size(1)].cpu()
         sign = torch.sign(base).cpu()
+        size = g if cfg.scope == "group" else len(base)  # rows counted together
         pmi = torch.cat(
             [
-                token_pmi(ids[k : k + g], mask[k : k + g].cpu(), sign[k : k + g], cfg.smoothing)
-                for k in range(0, len(base), g)
+                token_pmi(ids[k : k + size], mask[k : k + size].cpu(), sign[k : k + size], cfg.smoothing)
+                for k in range(0, len(base), size)
             ]
         )
         u = torch.exp(lam * pmi.clamp(-cfg.clip, cfg.clip)) * mask.cpu()
@@ -133,6 +141,6 @@ class PMITokens(Advantage):
     def describe(self) -> str:
         c = self.cfg
         return (
-            f"A[i, t] = GRPO A_i * w[i, t], w = exp(lam * clip(PMI(token; success|failure in group), {c.clip:g})) "
+            f"A[i, t] = GRPO A_i * w[i, t], w = exp(lam * clip(PMI(token; success|failure in {c.scope}), {c.clip:g})) "
             f"normalized to mean 1 per completion, lam ramped to {c.strength:g} over {c.ramp_steps} batches"
         )

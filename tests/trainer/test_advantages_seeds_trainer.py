@@ -102,9 +102,10 @@ def test_two_steps_through_the_trainer_log_metrics_and_change_the_advantages(nam
         else:
             changed |= not torch.allclose(advantages, base, atol=1e-5)
     if name == "pmi_tokens":
-        # The tiny random model never repeats a token inside a group (49k ids, 8 tokens), so every
-        # token is equally characteristic and P-GRPO must give GRPO's advantage back on each token
-        # (weights mean 1 per completion); the redistribution itself is checked by hand above.
+        # The tiny random model never repeats a token in a batch (49k ids, 4 x 8 tokens), so every token
+        # is equally characteristic under either scope and P-GRPO must give GRPO's advantage back on each
+        # token (weights mean 1 per completion); the redistribution itself is checked by hand
+        # (tests/unit/advantages/test_advantages_seeds.py, batch and group scope).
         assert not changed
         return
     assert changed, f"{name} left every advantage equal to group_norm's"

@@ -368,6 +368,19 @@ def test_pmi_tokens_smoothing_clip_and_ramp():
     close(fresh(pmi_batch())[0][0, :2], [0.8 * X, 1.2 * X])
 
 
+def test_pmi_tokens_counted_over_the_batch_do_not_collapse_when_no_token_repeats_in_a_group():
+    # Two groups, rewards [1, 0] each -> A = [X, -X, X, -X]. No id repeats inside a group: group 0 [5, 6] / [7, 8],
+    # group 1 [5, 7] / [6, 9]. In-group counts: every token has PMI log 2 -> uniform weights -> GRPO.
+    b = batch([1, 0, 1, 0], 2, ids=[[5, 6], [7, 8], [5, 7], [6, 9]])
+    grouped, _ = PMITokens(PMITokens.Config(smoothing=0.0, ramp_steps=0, scope="group"))(b)
+    close(grouped, [[X, X], [-X, -X], [X, X], [-X, -X]])
+    # Batch counts (n = 8): 5 x2, 6 x2, 7 x2, 8, 9. Successes [5, 6, 5, 7] (n_P = 4): PMI(5) = log (2/4)/(2/8) = log 2,
+    # PMI(6) = PMI(7) = log (1/4)/(2/8) = 0 -> rows [5, 6], [5, 7]: u = [2, 1] -> w = [4/3, 2/3].
+    # Failures [7, 8, 6, 9] (n_N = 4): PMI(7) = PMI(6) = 0, PMI(8) = PMI(9) = log (1/4)/(1/8) = log 2 -> w = [2/3, 4/3].
+    pooled, _ = PMITokens(PMITokens.Config(smoothing=0.0, ramp_steps=0))(b)  # scope: batch, the default
+    close(pooled, [[4 * X / 3, 2 * X / 3], [-2 * X / 3, -4 * X / 3], [4 * X / 3, 2 * X / 3], [-2 * X / 3, -4 * X / 3]])
+
+
 def test_pmi_tokens_strength_zero_equal_rewards_and_one_sample_groups():
     b = pmi_batch()
     torch.testing.assert_close(PMITokens(PMITokens.Config(strength=0.0))(b)[0], grpo(b).unsqueeze(1).expand(2, 3))
