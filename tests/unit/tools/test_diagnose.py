@@ -4,12 +4,16 @@ on the tiny random model with a reward of known counts and with the real math_an
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
+import torch
 from paths import SUPPORT
 
 from rlpost import cli
+from rlpost.models import ModelConfig, load_model
 from rlpost.tools.diagnose import Thresholds, verdict
+from rlpost.value_gradient import accumulate_policy_gradient, flat_gradient, group_advantages, split_half_stats
 
 TESTS = SUPPORT
 
@@ -68,6 +72,9 @@ def test_diagnose_tiny_random_with_known_counts(tmp_path, monkeypatch, capsys):
     m = result["metrics"]
     assert m["diag/pass@1"] == pytest.approx(0.4375) and m["diag/pass@4"] == pytest.approx(0.75)
     assert m["diag/signal_fraction"] == 0.5
+    # the value-gradient signal on the 4 prompts: only prompts 1 and 2 have unequal rewards, one in each half
+    assert m["diag/value_gradient_signal"] >= 0.0 and -1.0 <= m["diag/value_gradient_agreement"] <= 1.0
+    assert m["diag/value_gradient_noise"] > 0.0 and m["diag/entropy"] > 0.0
     assert result["verdict"] == "promising"
     assert "verdict: PROMISING" in capsys.readouterr().out
     # a stricter signal threshold turns it weak
@@ -94,8 +101,42 @@ def test_diagnose_bad_input(tmp_path, capsys):
         (["thresholds.min_headroom=2"], "thresholds.min_headroom=2.0 must be in [0, 1]"),
         (["prompts=300"], "prompts=300 but split=train has 256 rows"),
         (["thresholds.min_headrom=0.2"], "Did you mean 'min_headroom'?"),
+        (["gradient_prompts=3"], "gradient_prompts=3 must be 0 (skip) or an even number"),
+        (["thresholds.min_gradient_agreement=2"], "min_gradient_agreement=2.0 must be in [-1, 1]"),
     ]
     for args, message in cases:
         assert cli.main(["diagnose", "model=tiny-random", *args, f"hydra.run.dir={tmp_path / 'h'}"]) == 2, args
         assert message in capsys.readouterr().err, args
     assert not (tmp_path / "h").exists()
+
+
+def test_value_gradient_statistics_by_hand():
+    # g1 = [3, 4], g2 = [4, 3]: dot 24, norms 5 and 5 -> signal sqrt(24), agreement 24/25, noise |[-1, 1]| / 2
+    stats = split_half_stats(torch.tensor([3.0, 4.0]), torch.tensor([4.0, 3.0]))
+    assert stats["value_gradient_signal"] == pytest.approx(math.sqrt(24))
+    assert stats["value_gradient_agreement"] == pytest.approx(0.96)
+    assert stats["value_gradient_noise"] == pytest.approx(math.sqrt(2) / 2)
+    # opposite halves: no shared direction, signal 0, agreement -1
+    opposite = split_half_stats(torch.tensor([1.0, 0.0]), torch.tensor([-1.0, 0.0]))
+    assert opposite["value_gradient_signal"] == 0.0 and opposite["value_gradient_agreement"] == -1.0
+    # GRPO advantages of [1, 0, 0, 1]: mean 0.5, unbiased std sqrt(1/3) -> +-0.5 / (0.57735 + 1e-4)
+    a = 0.5 / (math.sqrt(1 / 3) + 1e-4)
+    assert group_advantages(torch.tensor([[1.0, 0.0, 0.0, 1.0]])).tolist()[0] == pytest.approx([a, -a, -a, a])
+
+
+def test_policy_gradient_is_the_gradient_of_the_sampled_log_likelihood():
+    # accumulate_policy_gradient with A = 1 adds grad sum_t log pi(y_t | x, y<t); the model's own mean NLL over the
+    # same tokens (labels) gives the same gradient times -T
+    model = load_model(ModelConfig(source="tiny_random"))
+    prompt, sample = [1, 2, 3], [4, 5, 6, 7]
+    model.zero_grad(set_to_none=True)
+    _, tokens = accumulate_policy_gradient(model, prompt, [sample], [1.0], scale=1.0)
+    ours = flat_gradient(model)
+    model.zero_grad(set_to_none=True)
+    labels = torch.tensor([[-100] * len(prompt) + sample])
+    loss = model(input_ids=torch.tensor([prompt + sample]), labels=labels).loss
+    (-loss * len(sample)).backward()
+    assert tokens == 4 and torch.allclose(ours, flat_gradient(model), atol=1e-5, rtol=1e-4)
+    model.zero_grad(set_to_none=True)
+    accumulate_policy_gradient(model, prompt, [sample], [0.0], scale=1.0)  # a zero advantage adds nothing
+    assert flat_gradient(model).abs().sum() == 0.0
