@@ -163,11 +163,9 @@ def build_run(cfg: Any) -> BuiltRun:
 def check_refill(run: BuiltRun) -> None:
     """algorithm.max_refill_rounds (DAPO's refill, rlpost/trainer/refill.py) needs what it builds on."""
     algo, plan, rounds = run.algorithm, run.plan, run.algorithm.max_refill_rounds
-    if not rounds:
+    if not rounds or not algo.dynamic_sampling:  # refill acts on the groups dynamic sampling drops, else nothing
         return
     key = f"algorithm.max_refill_rounds={rounds}"
-    if not algo.dynamic_sampling:
-        raise ConfigError(f"{key} refills the groups dynamic sampling drops; set algorithm.dynamic_sampling=true.")
     if algo.critic is not None or algo.offline is not None:
         raise ConfigError(
             f"{key} generates more rollouts within a step; algorithm={algo.name} "
@@ -213,8 +211,6 @@ def check_run(run: BuiltRun) -> None:
             )
     check_refill(run)
     check_correction(run)
-    if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
-        check_advantage_combine(run)
     check_trainer(run)
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)
         if algo.critic is not None:
@@ -231,6 +227,8 @@ def check_run(run: BuiltRun) -> None:
     check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
     for component in run.components():  # components that name reward terms or need a reference model
         component.check_run(run)
+    if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
+        check_advantage_combine(run)
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
     if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")

@@ -47,6 +47,7 @@ import rlpost.judges.local  # noqa: F401
 import rlpost.judges.openai  # noqa: F401
 
 # policy losses
+import rlpost.losses.adaptive_clip  # noqa: F401
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
 import rlpost.losses.gspo  # noqa: F401

@@ -112,7 +112,8 @@ class AlgorithmNode:
     aggregation: str = "seq-mean-token-mean"
     kl: Any = None  # KLConfig (rlpost/losses/kl.py)
     dynamic_sampling: bool = False
-    # dynamic sampling: extra generation rounds whose informative groups replace the dropped ones (0 = mask only)
+    # dynamic sampling: extra generation rounds whose informative groups replace the dropped ones (0 = mask only;
+    # nothing without dynamic_sampling)
     max_refill_rounds: Annotated[int, Range(ge=0, why="0 = mask the dropped groups only")] = 0
     overlong: Any = None  # OverlongSettings
     correction: Any = None

@@ -18,7 +18,7 @@ Choices where the abstract is silent:
   with explicit weights (default 1 and 1). ``style_terms`` names the style terms; every other term
   is a task term. Both parts must be non-empty (otherwise there is nothing to decouple).
 - CRPO's other two mechanisms are elsewhere: generic negative responses are ``rollout=generic_negative``;
-  the character-complexity-adaptive constraint is not implemented here.
+  the character-complexity-adaptive constraint is ``algorithm/loss=adaptive_clip``.
 - A part with every term NaN on a row (unscorable) contributes 0 to that row; a row unscorable in
   both parts stays NaN.
 - Metrics: ``decoupled/task_abs_mean``, ``decoupled/style_abs_mean`` (mean |advantage| per part)

@@ -28,7 +28,10 @@ class ScoringSeams(SeamBase):
 
     def _generate_and_score_completions(self, inputs):
         output = self._score_generation_batch(inputs, first=True)
-        if self.model.training and self.run.algorithm.max_refill_rounds:  # DAPO's refill (trainer/refill.py)
+        algo = self.run.algorithm
+        if (
+            self.model.training and algo.dynamic_sampling and algo.max_refill_rounds
+        ):  # DAPO's refill (trainer/refill.py)
             output = self._refill(inputs, output)
         return output
 

@@ -60,7 +60,6 @@ def test_refill_draws_are_distinct_seeded_and_differ_by_round():
 @pytest.mark.parametrize(
     ("overrides", "reason"),
     [
-        (["algorithm.max_refill_rounds=2"], "set algorithm.dynamic_sampling=true"),
         (["algorithm=ppo", "algorithm.dynamic_sampling=true", "algorithm.max_refill_rounds=2"], "a PPO critic"),
         (["algorithm=dapo", "logging.replay=true"], "logging.replay=true cannot be combined"),
         (
@@ -73,3 +72,9 @@ def test_refill_refusals_name_the_keys(overrides, reason):
     with pytest.raises(ConfigError, match=reason):
         build_run(compose(["algorithm.overlong.cache_len=4", *overrides]))
     assert build_run(compose(["algorithm=dapo"])).algorithm.max_refill_rounds == 2  # DAPO refills by default
+
+
+def test_refill_does_nothing_without_dynamic_sampling():
+    # the dapo bundle's refill setting stays harmless when dynamic sampling is switched off (TRL-equivalence runs do)
+    run = build_run(compose(["algorithm=dapo", "algorithm.dynamic_sampling=false", "algorithm.overlong.cache_len=4"]))
+    assert run.algorithm.max_refill_rounds == 2 and not run.algorithm.dynamic_sampling
