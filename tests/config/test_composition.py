@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import pytest
 import torch
+from support_pipeline import pipeline_inputs
 
 from rlpost.composition import DOC, columns, matrix, rows, section, updated_doc
 from rlpost.errors import ConfigError
@@ -47,19 +48,7 @@ def batch(run: BuiltRun, g: int = 4, groups: int = 2) -> PipelineInputs:
     n, r = g * groups, len(run.reward.names)
     terms = torch.randint(0, 4, (n, r), generator=torch.Generator().manual_seed(0)).float()
     terms[1, 0] = float("nan")
-    mask = torch.ones(n, 4)
-    return PipelineInputs(
-        reward_terms=terms,
-        num_generations=g,
-        completion_ids=torch.zeros(n, 4, dtype=torch.long),
-        completion_mask=mask,
-        loss_mask=mask,
-        lengths=torch.full((n,), 4),
-        max_completion_length=4,
-        training=True,
-        rows=[{}] * n,
-        completions=[""] * n,
-    )
+    return pipeline_inputs(terms, g)
 
 
 def test_accepted_advantage_combines_reach_the_loss_unchanged(cells):

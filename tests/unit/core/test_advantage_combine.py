@@ -11,11 +11,12 @@ import math
 
 import pytest
 import torch
+from support_pipeline import pipeline_inputs
 
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.errors import ConfigError
-from rlpost.pipeline import PipelineInputs, run_pipeline
+from rlpost.pipeline import run_pipeline
 from rlpost.rollouts.generic_negative import KIND as GENERIC
 
 from trainer_utils import TINY
@@ -24,31 +25,13 @@ ONE_TERM = "reward.terms=[{name: exact_match, weight: 1.0}]"
 EPS = 1e-4
 
 
-def inputs(terms, g, kinds=None, training=True):
-    n = len(terms)
-    mask = torch.ones(n, 4)
-    return PipelineInputs(
-        reward_terms=torch.tensor(terms),
-        num_generations=g,
-        completion_ids=torch.zeros(n, 4, dtype=torch.long),
-        completion_mask=mask,
-        loss_mask=mask,
-        lengths=torch.full((n,), 4),
-        max_completion_length=4,
-        training=training,
-        rows=[{}] * n,
-        completions=[""] * n,
-        kinds=kinds,
-    )
-
-
 def test_odrpo_advantages_reach_the_loss_without_a_second_group_norm():
     # the default algorithm=grpo has algorithm/advantage=group_norm: odrpo takes its place
     run = build_run(compose([*TINY, ONE_TERM, "reward/combine=odrpo", "reward.combine.min_score=0",
                              "reward.combine.max_score=2", "algorithm.dynamic_sampling=true"]))  # fmt: skip
     # group 0 scores [0, 1, 2, 2]; group 1 scores [1, 1, 1, 1]; thresholds k = 1, 2
     terms = [[0.0], [1.0], [2.0], [2.0], [1.0], [1.0], [1.0], [1.0]]
-    result = run_pipeline(inputs(terms, 4), run.reward, run.algorithm)
+    result = run_pipeline(pipeline_inputs(terms, 4), run.reward, run.algorithm)
     # k=1: b = [0,1,1,1], mean 0.75, unbiased std sqrt((0.5625 + 3 * 0.0625) / 3) = 0.5
     a1 = [(b - 0.75) / (0.5 + EPS) for b in (0, 1, 1, 1)]
     # k=2: b = [0,0,1,1], mean 0.5, unbiased std sqrt(4 * 0.25 / 3) = sqrt(1/3)
@@ -74,7 +57,7 @@ def test_decoupled_with_generic_negatives_adjusts_each_term_before_the_combine()
                              "algorithm/rollout=generic_negative", "algorithm.rollout.margin=1.0"]))  # fmt: skip
     # one group of G=3: two natural rollouts, then the generic response; columns [math_answer, format]
     terms = [[1.0, 1.0], [0.0, 0.0], [0.0, 0.0]]
-    result = run_pipeline(inputs(terms, 3, kinds=["natural", "natural", GENERIC]), run.reward, run.algorithm)
+    result = run_pipeline(pipeline_inputs(terms, 3, kinds=["natural", "natural", GENERIC]), run.reward, run.algorithm)
     # per term, the generic row becomes the natural minimum minus the margin: math 0 - 1, format 0 - 1
     # task part (weight 1.0):  [1, 0, -1]   mean 0, unbiased std sqrt((1 + 0 + 1) / 2) = 1
     # style part (weight 0.1): [0.1, 0, -0.1]  mean 0, unbiased std 0.1
