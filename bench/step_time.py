@@ -5,7 +5,7 @@ Suites (``--suites trl,components,scaling``; each prints a markdown table, all a
 - ``trl``: the same GRPO job through plain TRL (``loss_type`` that rlpost's bundle reproduces exactly),
   through rlpost doing TRL's computation (``SAME_AS_TRL``: TRL's log-prob head, no shared prefix,
   PyTorch's matmuls; the ratio is the cost of rlpost's seams) and through rlpost's defaults (the fast
-  configuration: on CPU oneDNN matmuls, the shared prompt prefix in generation and training, packed rows,
+  configuration: on CPU the faster of oneDNN's and PyTorch's matmuls, the shared prompt prefix in generation and training, packed rows,
   the compact log-prob head). The completions hash shows whether they sampled the same text.
 - ``components``: each custom component against the plain GRPO step on the same data: GEPO, Output
   Reset, trusted-direction projection (subspace built after step 1), CoRE, the rubric judge (SmolLM2 as
@@ -14,6 +14,8 @@ Suites (``--suites trl,components,scaling``; each prints a markdown table, all a
   16, 32, 64 (G = 4).
 - ``env``: the cost of the environment loop: a single-turn step against calculator episodes of one and of
   exactly two turns (``data/env``; each turn up to the same max_completion_length).
+- ``matmul``: rlpost's defaults with ``train.cpu_matmul`` = aten, onednn and auto: whether ``auto``'s
+  start-up timing (rlpost/matmul_choice.py) lands on the faster kernel of this machine.
 
 Method (bench/harness.py): every run is a fresh subprocess; in each repetition the variants of a suite
 run in a rotated order so drift on a shared machine hits all alike; the first ``--warmup`` steps are
@@ -81,7 +83,9 @@ OWN = ("score_ms", "loss_ms", "grad_ms")  # where rlpost's components run: rewar
 
 def parse_args(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--suites", default="trl,components,scaling", help="comma list of trl, components, scaling, env")
+    p.add_argument(
+        "--suites", default="trl,components,scaling", help="comma list of trl, components, scaling, env, matmul"
+    )
     p.add_argument("--model", default="smollm2-135m", choices=["smollm2-135m", "tiny-random"])
     p.add_argument("--steps", type=int, default=7, help="optimizer steps per run")
     p.add_argument("--warmup", type=int, default=3, help="first steps excluded (allocator and cache warm-up)")
@@ -156,7 +160,21 @@ def env_suite(args) -> list[dict]:
     ]  # fmt: skip
 
 
-SUITES = {"trl": trl_suite, "components": components_suite, "scaling": scaling_suite, "env": env_suite}
+def matmul_suite(args) -> list[dict]:
+    """``train.cpu_matmul``: does ``auto`` (a timing at the first run, rlpost/matmul_choice.py) land on the
+    faster of the two kernels on this machine?"""
+    base = "train.cpu_matmul=aten"
+    return [{"label": f"train.cpu_matmul={choice}", "trainer": "rlpost", "base": base,
+             "overrides": [*batch(args), f"train.cpu_matmul={choice}"]} for choice in ("aten", "onednn", "auto")]  # fmt: skip
+
+
+SUITES = {
+    "trl": trl_suite,
+    "components": components_suite,
+    "scaling": scaling_suite,
+    "env": env_suite,
+    "matmul": matmul_suite,
+}
 
 
 # ---- tables --------------------------------------------------------------------------------------

@@ -27,6 +27,7 @@ from transformers import DynamicCache
 from rlpost import onednn
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
+from rlpost.matmul_choice import auto_choice
 from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
 from rlpost.prefix_generation import prompt_groups
 from rlpost.trainer.seam_base import SeamBase
@@ -106,12 +107,23 @@ class LogProbSeams(SeamBase):
         )
 
     def _route_matmuls(self) -> bool:
-        """``train.cpu_matmul``: route the policy's and reference's fp32 linears through oneDNN (auto: on CPU
-        in one process without DeepSpeed, where oneDNN is available). Returns whether it did."""
+        """``train.cpu_matmul``: route the policy's and reference's fp32 linears through oneDNN. ``auto``: on
+        CPU in one process without DeepSpeed, where oneDNN is available, and only when it is faster on this
+        machine for this model (timed once and cached, rlpost/matmul_choice.py). Returns whether it did."""
         choice = self.run.settings.train.cpu_matmul
         single = self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled
         if choice == "aten" or not (single and self.accelerator.device.type == "cpu" and onednn.available()):
             return False
+        if choice == "auto":
+            rows = self.args.generation_batch_size
+            self.matmul_timing = auto_choice(
+                self.accelerator.unwrap_model(self.model),
+                step_rows=rows * self.max_completion_length,
+                decode_rows=rows,
+                decode_steps=self.max_completion_length,
+            )
+            if self.matmul_timing.choice != "onednn":
+                return False
         for model in (self.model, self.ref_model):
             if model is not None:
                 onednn.use_onednn_linears(self.accelerator.unwrap_model(model))

@@ -86,12 +86,17 @@ def test_compact_head_through_onednn_equals_autograd():
         _close(a, r)
 
 
-def test_trainer_routes_by_default_on_cpu_and_refusals(tmp_path):
+def test_trainer_routes_when_asked_or_measured_faster_and_refusals(tmp_path):
     from rlpost.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
-    routed = rlpost_trainer(make_run([]), tmp_path / "a")
+    routed = rlpost_trainer(make_run(["train.cpu_matmul=onednn"]), tmp_path / "a")
     assert routed._onednn and "forward" in routed.model.lm_head.__dict__
+    assert routed.matmul_timing is None  # forced: nothing timed
+    auto = rlpost_trainer(make_run([]), tmp_path / "c")  # the default: by measurement (rlpost/matmul_choice.py)
+    timing = auto.matmul_timing
+    assert timing is not None and timing.aten_s > 0 and timing.onednn_s > 0
+    assert auto._onednn == (timing.choice == "onednn") == ("forward" in auto.model.lm_head.__dict__)
     plain = rlpost_trainer(make_run(["train.cpu_matmul=aten"]), tmp_path / "b")
     assert not plain._onednn and "forward" not in plain.model.lm_head.__dict__
     with pytest.raises(ConfigError, match="train.cpu_matmul=onednn needs one CPU process"):
