@@ -125,10 +125,10 @@ def measure(
     """Time both backends on ``shapes`` and estimate one step: ``step_rows`` training rows (tokens scored
     with gradients) and ``decode_steps`` decode products of ``decode_rows`` rows."""
     train_rows = max(1, min(train_rows, step_rows))
-    total: Counter[str] = Counter()
+    total: dict[str, float] = {}
     for (n, k), count in shapes.items():
         for key, seconds in _shape_times(n, k, train_rows, decode_rows).items():
-            total[key] += count * seconds
+            total[key] = total.get(key, 0.0) + count * seconds
     scale = step_rows / train_rows
     aten = total["aten_train"] * scale + total["aten_decode"] * decode_steps
     fast = total["onednn_train"] * scale + total["onednn_decode"] * decode_steps
