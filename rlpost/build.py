@@ -33,6 +33,7 @@ from rlpost.losses.kl import KLConfig, KLPenalty
 from rlpost.models import ModelConfig, _smollm2_gguf
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.reward_columns import expand_columns
 from rlpost.reward_guard import reward_policies
 from rlpost.reward_terms import build_reward_terms
 from rlpost.rollouts.base import ROLLOUTS
@@ -114,8 +115,11 @@ def build_reward(node: Mapping[str, Any]) -> RewardParts:
     if not terms:
         raise ConfigError("reward.terms is empty: a run needs at least one reward term.")
     funcs, names, weights = build_reward_terms(list(terms))
+    funcs, names, weights, owners = expand_columns(funcs, names, weights)  # e.g. a rubric's criteria as columns
+    policies = reward_policies(node)
     combine = build_component(COMBINERS, node.get("combine") or {"name": "weighted_sum"}, "reward.combine")
-    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=reward_policies(node))
+    failure = [policies[t] for t in owners]
+    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=failure)
 
 
 def build_run(cfg: Any) -> BuiltRun:

@@ -20,18 +20,25 @@ Choices where the abstract is silent:
 - The re-weighting is focal-loss shaped, (1 - s)^gamma (gamma = 0 is the weighted sum), and the
   coefficients are renormalized to the configured total weight so the reward scale is kept;
   ``eps`` keeps a saturated criterion from vanishing entirely.
-Logged: ``focal/saturation/<j>`` and ``focal/weight/<j>`` per term (by column index).
+Logged: ``focal/saturation/<term>`` and ``focal/weight/<term>`` per column, by the term's name in a run
+(by column index when called outside one).
+
+The criteria of one rubric are separate columns with ``reward=rubric`` and
+``reward.terms.0.params.columns=criteria`` (rlpost/rewards/rubric.py, rlpost/reward_columns.py): then
+focal re-weights the rubric's criteria, as the seed does; with the rubric's default single column it
+has one term and is the plain weighted sum.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Annotated
+from typing import Annotated, Any
 
 import torch
 
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import nan_weighted_sum
+from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
 
@@ -63,6 +70,14 @@ class Focal(Combine):
     def __init__(self, cfg: Config):
         super().__init__(cfg)
         self.saturation: torch.Tensor | None = None  # [R]
+        self.names: list[str] | None = None  # the run's reward column names, for the metrics
+
+    def check_run(self, run: Any) -> None:
+        self.names = list(run.reward.names)
+        try:
+            self.bounds(len(self.names))
+        except ValueError as err:
+            raise ConfigError(f"{err} ({', '.join(self.names)})") from None
 
     def bounds(self, r: int) -> tuple[torch.Tensor, torch.Tensor]:
         low, high = list(self.cfg.low), list(self.cfg.high)
@@ -94,8 +109,9 @@ class Focal(Combine):
         focus = (1.0 - state + self.cfg.eps).pow(self.cfg.gamma)  # [R]
         alpha = w * focus
         alpha = alpha * (w.sum() / alpha.sum()) if alpha.sum() > 0 else w
-        metrics = {f"focal/saturation/{j}": float(state[j]) for j in range(r)}
-        metrics.update({f"focal/weight/{j}": float(alpha[j]) for j in range(r)})
+        keys = self.names if self.names is not None and len(self.names) == r else [str(j) for j in range(r)]
+        metrics = {f"focal/saturation/{keys[j]}": float(state[j]) for j in range(r)}
+        metrics.update({f"focal/weight/{keys[j]}": float(alpha[j]) for j in range(r)})
         return nan_weighted_sum(terms, alpha), metrics
 
     def state_dict(self) -> dict:

@@ -45,6 +45,15 @@ class Reward(Component):
         """Prompts [N], completions [N] and the batch's dataset columns -> one reward (or None) per completion."""
         raise NotImplementedError
 
+    def output_columns(self) -> list[tuple[str, float]] | None:
+        """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:
+        rlpost/reward_columns.py makes one TRL reward function of each), else None: one column."""
+        return None
+
+    def column_scores(self, prompts: list, completions: list, **kwargs: Any) -> list[list[float | None]]:
+        """With ``output_columns()``: ``[N][C]`` scores (None: not scored), column c = ``output_columns()[c]``."""
+        raise NotImplementedError
+
 
 REWARDS: Registry[Reward] = Registry("reward", Reward)
 

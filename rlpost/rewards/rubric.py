@@ -22,6 +22,17 @@ message, the completion with its reasoning trace stripped (``strip_think``) and 
 reference (the rubric may then ask for agreement with it). Judge counters are logged per batch as
 ``rubric/judge_calls``, ``rubric/judge_failures`` and ``rubric/judge_cache_hits``, and each
 criterion's batch mean as ``rubric/<name>`` (criteria of per-item rubrics are not logged by name).
+
+Columns (``columns``): ``mean`` gives the one weighted-mean column above. ``criteria`` gives one reward
+column per criterion (rlpost/reward_columns.py), so that a combiner sees them apart: Focal Reward
+(``reward/combine=focal``, seed 004 #4) re-weights criteria by their saturation, ``decoupled`` can
+name criteria as style terms. Each column holds ``s_ij`` (NaN where row i's rubric has no criterion j or
+its judge call failed) and has weight ``w_j / sum_k w_k`` times the term's weight, so the weighted sum
+of the columns equals the weighted mean whenever every criterion was judged (a failed or missing one
+is skipped without renormalizing). A rubric file names its own columns (unique names required). For
+per-row rubrics (``rubric_column``) the columns are declared up front, ``criteria: {name: weight}``,
+since TRL's reward matrix has a fixed width; a row whose rubric names a criterion outside that list,
+or gives it another weight, is an error for that row (the failure policy applies).
 """
 
 from __future__ import annotations
@@ -30,7 +41,7 @@ import ast
 import json
 import os
 from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 import yaml
 
@@ -125,6 +136,9 @@ class Rubric(Reward):
         template: str = DEFAULT_TEMPLATE  # judge prompt; {question} {reference} {response} {criterion} {answer_format}
         strip_think: bool = True  # judge only the text after </think>
         max_response_chars: Annotated[int, Range(ge=1)] = 2000  # longer responses are cut to this many characters
+        columns: Literal["mean", "criteria"] = "mean"  # one weighted-mean column, or one column per criterion
+        # columns=criteria with per-row rubrics: the criterion names the rows use, each with its weight
+        criteria: dict[str, Annotated[float, Range(ge=0)]] = field(default_factory=dict)
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
@@ -142,6 +156,29 @@ class Rubric(Reward):
         except ConfigError as err:  # name the key: reward.terms[i].params.judge: ...
             raise ParamError("judge", str(err).lstrip(": ")) from None
         self._parsed: dict[str, list[Criterion]] = {}
+        self._columns = self._criterion_columns() if cfg.columns == "criteria" else None
+
+    def _criterion_columns(self) -> list[tuple[str, float]]:
+        """``columns=criteria``: (name, weight) per column, from the rubric file or ``criteria``."""
+        if self.cfg.rubric_column:
+            if not self.cfg.criteria:
+                raise ParamError(
+                    "criteria",
+                    "columns=criteria with per-row rubrics (rubric_column) needs the criterion names the rows "
+                    "use, each with its weight: criteria={name: weight, ...}",
+                )
+            return list(self.cfg.criteria.items())
+        if self.cfg.criteria:
+            raise ParamError("criteria", "is for per-row rubrics (rubric_column); the rubric file names its criteria")
+        assert self.default is not None  # __init__: a rubric file or a rubric column
+        names = [c.name for c in self.default]
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ParamError("rubric", f"columns=criteria needs unique criterion names; repeated: {repeated}")
+        return [(c.name, c.weight) for c in self.default]
+
+    def output_columns(self) -> list[tuple[str, float]] | None:
+        return self._columns
 
     def rubric_for(self, value: Any) -> list[Criterion]:
         if value is None or value == "":
@@ -169,6 +206,38 @@ class Rubric(Reward):
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` -> weighted mean judge score ``[N]`` in [0, 1] (None: no criterion judged)."""
+        means: list[float | None] = []
+        for judged in self._judge_rows(prompts, completions, kwargs):
+            pairs = [(c.weight, s) for c, s in judged if s is not None]
+            weight = sum(w for w, _ in pairs)
+            means.append(sum(w * s for w, s in pairs) / weight if weight > 0 else None)
+        return means
+
+    def column_scores(self, prompts: list, completions: list, **kwargs: Any) -> list[list[float | None]]:
+        """``columns=criteria``: ``[N][C]`` judge scores, column c = criterion ``output_columns()[c]``."""
+        assert self._columns is not None
+        index = {name: (c, weight) for c, (name, weight) in enumerate(self._columns)}
+        table: list[list[float | None]] = []
+        for i, judged in enumerate(self._judge_rows(prompts, completions, kwargs)):
+            row: list[float | None] = [None] * len(self._columns)
+            for criterion, s in judged:
+                if criterion.name not in index:
+                    raise ValueError(
+                        f"reward 'rubric': row {i}'s criterion {criterion.name!r} is not among the declared "
+                        f"columns ({', '.join(index)}); add it to criteria"
+                    )
+                c, weight = index[criterion.name]
+                if criterion.weight != weight:
+                    raise ValueError(
+                        f"reward 'rubric': row {i} gives criterion {criterion.name!r} weight {criterion.weight}, "
+                        f"but its column has weight {weight} (criteria)"
+                    )
+                row[c] = s
+            table.append(row)
+        return table
+
+    def _judge_rows(self, prompts: list, completions: list, kwargs: dict) -> list[list[tuple[Criterion, float | None]]]:
+        """One judge call per (completion, criterion) -> per row, its criteria with their scores (None: failed)."""
         n, cfg = len(completions), self.cfg
         rubrics = column(kwargs, cfg.rubric_column, n, "rubric") if cfg.rubric_column else [None] * n
         refs = column(kwargs, cfg.reference_column, n, "rubric") if cfg.reference_column else [None] * n
@@ -182,16 +251,14 @@ class Rubric(Reward):
                 judge_prompts.append(self.judge_prompt(prompt_text(prompts[i]), response, criterion, refs[i]))
         before = dict(self.judge.stats)
         scores = self.judge.score(judge_prompts)
-        total, weight = [0.0] * n, [0.0] * n
+        rows: list[list[tuple[Criterion, float | None]]] = [[] for _ in range(n)]
         by_name: dict[str, list[float]] = {}
         for (i, criterion), s in zip(jobs, scores):
-            if s is None:
-                continue
-            total[i] += criterion.weight * s
-            weight[i] += criterion.weight
-            by_name.setdefault(criterion.name, []).append(s)
+            rows[i].append((criterion, s))
+            if s is not None:
+                by_name.setdefault(criterion.name, []).append(s)
         self._log(kwargs, before, by_name)
-        return [t / w if w > 0 else None for t, w in zip(total, weight)]
+        return rows
 
     def _log(self, kwargs: dict, before: dict[str, int], by_name: dict[str, list[float]]) -> None:
         log = kwargs.get("log_metric")

@@ -52,7 +52,6 @@ class RLPostTrainer(
         if run.env is not None:  # data/env: episodes through TRL's rollout_func seam (rlpost/trainer/episodes.py)
             kwargs["rollout_func"] = EpisodeRollouts(run.env)
         super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
-        self.matmul_timing = None  # train.cpu_matmul=auto's measurement (rlpost/matmul_choice.py)
         self._onednn = self._route_matmuls()  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/onednn.py)
         correction = run.algorithm.correction  # a rollout copy / peer model when the correction asks for one
         self._rollout_engine = None

@@ -27,7 +27,7 @@ from transformers import DynamicCache
 from rlpost import onednn
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
-from rlpost.matmul_choice import auto_choice
+from rlpost.matmul_choice import MatmulTiming, auto_choice
 from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
 from rlpost.prefix_generation import prompt_groups
 from rlpost.trainer.seam_base import SeamBase
@@ -79,6 +79,8 @@ def backbone_hidden(
 
 class LogProbSeams(SeamBase):
     """Routes the log-prob forward to rlpost's compact head when ``train.logprob_head`` says so."""
+
+    matmul_timing: MatmulTiming | None = None  # train.cpu_matmul=auto's measurement, when it ran
 
     def _compact_logprobs(self) -> bool:
         cached = getattr(self, "_rlpost_compact", None)

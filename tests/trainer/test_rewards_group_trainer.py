@@ -85,8 +85,8 @@ def test_two_steps_focal_over_majority_vote_and_group_diversity(tmp_path):
     for log in logs:
         assert 0.0 <= log["rewards/group_diversity/mean"] <= 1.0
         assert 0.0 <= log["group_diversity/dispersion"] <= 1.0
-        saturation = [log["rlpost/focal/saturation/0"], log["rlpost/focal/saturation/1"]]
-        weights = [log["rlpost/focal/weight/0"], log["rlpost/focal/weight/1"]]
+        saturation = [log["rlpost/focal/saturation/majority_vote"], log["rlpost/focal/saturation/group_diversity"]]
+        weights = [log["rlpost/focal/weight/majority_vote"], log["rlpost/focal/weight/group_diversity"]]
         assert all(0.0 <= s <= 1.0 for s in saturation)
         assert sum(weights) == pytest.approx(1.5, abs=1e-4)  # renormalized to the configured total weight
         # the less saturated term gains weight relative to its configured share (1 : 0.5)
