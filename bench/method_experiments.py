@@ -92,6 +92,22 @@ def pairs(steps: int) -> list[Pair]:
             ],
             baseline_label="dapo, mask only",
         ),
+        Pair(
+            "focal",
+            "Focal Reward over the rubric's criteria (seed 004 #4) vs the rubric's weighted mean (the previous "
+            "behaviour: focal saw one column), local SmolLM2 judge",
+            ["reward=rubric", "reward.terms.0.params.columns=criteria", "reward/combine=focal", *batch],
+            ["reward=rubric", "reward.terms.0.params.columns=criteria", "reward/combine=weighted_sum", *batch],
+            [
+                "reward",
+                "rewards/rubric/final_number/mean",
+                "rewards/rubric/correct/mean",
+                "focal/weight/rubric/final_number",
+                "focal/weight/rubric/correct",
+            ],
+            eval_keys=["eval/rubric/final_number", "eval/rubric/correct", "eval/reward"],
+            baseline_label="weighted mean",
+        ),
     ]
 
 

@@ -7,6 +7,9 @@ without pulling in the code that built it.
 
 from __future__ import annotations
 
+import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -82,6 +85,17 @@ class RewardParts:
         if self.combine.produces == "advantages":
             return self.combine.score(terms, self.weights.to(terms.device)), {}
         return self.combined(terms, num_generations)
+
+    @contextmanager
+    def held_out(self) -> Iterator[None]:
+        """Scoring held-out rows inside the block leaves a stateful combine as it was (focal's saturation
+        is estimated from training batches only): its state is restored on exit."""
+        state = copy.deepcopy(self.combine.state_dict()) if self.combine.stateful else None
+        try:
+            yield
+        finally:
+            if state is not None:
+                self.combine.load_state_dict(state)
 
 
 @dataclass

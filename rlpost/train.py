@@ -132,7 +132,8 @@ def _check_eval_columns(run: BuiltRun, eval_set) -> None:
 
 def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
     settings = run.settings
-    with gathered_parameters(run.hardware, model):  # scale-out: ZeRO-3 shards gathered for generate
+    # scale-out: ZeRO-3 shards gathered for generate; held-out scores never move a combine's training state
+    with gathered_parameters(run.hardware, model), run.reward.held_out():
         return _evaluate_gathered(run, model, tokenizer, eval_set, settings)
 
 

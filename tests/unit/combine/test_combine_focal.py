@@ -60,3 +60,16 @@ def test_per_term_bounds_and_errors():
         make(low=[0.0, 0.0, 0.0], high=[1.0])(torch.zeros(1, 2), torch.ones(2), 1)
     with pytest.raises(ConfigError, match="momentum"):
         build_component(COMBINERS, {"name": "focal", "momentum": 1.0}, "reward.combine")
+
+
+def test_held_out_scoring_leaves_the_saturation_of_training():
+    from rlpost.run import RewardParts
+
+    parts = RewardParts(funcs=[], names=["a", "b"], weights=torch.tensor([1.0, 1.0]), combine=make(momentum=0.5))
+    parts.combined(torch.tensor([[1.0, 0.0], [1.0, 0.0]]))  # a training batch: saturation (1, 0)
+    with parts.held_out():
+        parts.scored(torch.tensor([[0.0, 1.0]]))  # a held-out batch would move it to (0.5, 0.5)...
+        assert parts.combine.saturation.tolist() == [0.5, 0.5]
+    assert parts.combine.saturation.tolist() == [1.0, 0.0]  # ...and is undone on exit
+    parts.combined(torch.tensor([[0.0, 1.0]]))  # training moves it: 0.5 * 1 + 0.5 * 0 = 0.5; 0.5 * 0 + 0.5 * 1
+    assert parts.combine.saturation.tolist() == [0.5, 0.5]
