@@ -16,7 +16,7 @@ commands:
   show    the composed config and a plain-language explanation of the run
   list    every choice: components and config group options: rlpost list [kind | group, e.g. loss, algorithm, recipe]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
-  train-rm  a Bradley-Terry reward model from preference pairs: rlpost train-rm [model=...] [data.train=pairs.jsonl]
+  train-rm  a reward model from preference pairs or valuations: rlpost train-rm [objective=regression] [data.train=...]
   merge   interpolate / task-arithmetic / TIES checkpoints, merge LoRA: rlpost merge models=[A,B] alpha=0.5 [-m]
   eval    accuracy, reward, pass@k, length on held-out data: rlpost eval run=<run dir> | model=... [samples=8]
   plot    PNG curves of runs or sweeps: rlpost plot runs=[<run or multirun dir>,...] keys=[reward,loss] smooth=5

@@ -37,7 +37,7 @@ class Pair:
     rejected: Any
 
 
-def _valid_part(value: Any) -> bool:
+def valid_part(value: Any) -> bool:
     if isinstance(value, str):
         return bool(value.strip())
     return (
@@ -70,7 +70,7 @@ def read_pairs(path: str) -> list[Pair]:
             missing = [f for f in FIELDS if f not in row]
             if missing:
                 raise ConfigError(f"{where}: missing field {missing[0]!r}; a preference row needs {', '.join(FIELDS)}.")
-            bad = [f for f in FIELDS if not _valid_part(row[f])]
+            bad = [f for f in FIELDS if not valid_part(row[f])]
             if bad:
                 raise ConfigError(
                     f"{where}: field {bad[0]!r} must be a non-empty string or a list of "

@@ -1,6 +1,8 @@
-"""``rlpost train-rm``: a Bradley-Terry reward model from preference pairs (TRL's RewardTrainer).
+"""``rlpost train-rm``: a reward model, Bradley-Terry from preference pairs (TRL's RewardTrainer) or a
+regression on a scalar valuation (KARMA, seed 004 #3; rlpost/reward_model/valuations.py).
 
     rlpost train-rm [model=smollm2-135m] [data.train=pairs.jsonl data.heldout=heldout.jsonl] [train.epochs=2]
+    rlpost train-rm objective=regression [context_only=true]     # the bundled synthetic karma data
 
 Its own Hydra app on ``conf/train_rm.yaml`` (rlpost/tools/train_rm.py), sharing the ``model`` group
 with ``rlpost train``. The model's weights load into ``AutoModelForSequenceClassification`` with
@@ -18,6 +20,13 @@ Choices where the brief was silent:
 - Full fine-tuning only (``model.lora.enabled=true`` is refused: the saved folder must load with
   plain transformers); ``train.steps`` (when set) overrides ``train.epochs``.
 - The score head is seeded with ``seed`` (set before the model loads, as TRL does).
+- ``objective=regression``: rows of (prompt, response, value, features); the scalar is fitted to the
+  standardized transformed value by squared error with transformers' ``Trainer`` (a 1-label classifier
+  with float labels is its regression loss); ``context_only=true`` hides the features
+  (valuations.py). Held-out metrics: mse, pearson, spearman. The folder's metadata records the
+  objective, whether the model reads features and which, so the reward term renders its inputs alike.
+- ``data.train``/``data.heldout`` null: the objective's bundled files (arithmetic preference pairs;
+  synthetic karma valuations).
 """
 
 from __future__ import annotations
@@ -26,19 +35,26 @@ import json
 import os
 import time
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal, cast
 
 from rlpost.errors import ConfigError
 from rlpost.models import ModelConfig
 from rlpost.reward_model.pairs import RM_META, Pair, encode, pairwise_metrics, read_pairs, render
+from rlpost.reward_model.valuations import Valuation, feature_names, read_valuations
+
+BUNDLED = {  # objective -> (train, heldout) when data.train / data.heldout are null
+    "bradley_terry": ("recipes/data/arith_preferences.jsonl", "recipes/data/arith_preferences_heldout.jsonl"),
+    "regression": ("recipes/data/karma_valuations.jsonl", "recipes/data/karma_valuations_heldout.jsonl"),
+}
 
 
 @dataclass(frozen=True)
 class PreferenceData:
-    train: str = "recipes/data/arith_preferences.jsonl"
-    heldout: str = "recipes/data/arith_preferences_heldout.jsonl"
+    train: str | None = None  # null: the objective's bundled training file (BUNDLED)
+    heldout: str | None = None
     conversational: bool = True
     max_length: int = 256
+    target_transform: Literal["signed_log", "none"] = "signed_log"  # regression: the value's transform
 
 
 @dataclass(frozen=True)
@@ -62,6 +78,13 @@ class RMSettings:
     train: RMTrain = field(default_factory=RMTrain)
     seed: int = 0
     progress: bool = True
+    objective: Literal["bradley_terry", "regression"] = "bradley_terry"
+    context_only: bool = False  # regression: the model reads the conversation only, not the row's features
+
+    def files(self) -> tuple[str, str]:
+        """(train, heldout) paths: the configured ones, else the objective's bundled files."""
+        train, heldout = BUNDLED[self.objective]
+        return self.data.train or train, self.data.heldout or heldout
 
 
 def build_settings(cfg: Any) -> RMSettings:
@@ -81,9 +104,15 @@ def build_settings(cfg: Any) -> RMSettings:
     settings = build_config(RMSettings, raw, "")
     if settings.model.lora.enabled:
         raise ConfigError("train-rm does full fine-tuning; model.lora.enabled=true is not supported here.")
-    for key, path in (("data.train", settings.data.train), ("data.heldout", settings.data.heldout)):
+    if settings.context_only and settings.objective != "regression":
+        raise ConfigError(
+            "context_only=true is for objective=regression (a reward model that does not read the rows' features); "
+            "preference pairs have no features."
+        )
+    rows = "prompt/chosen/rejected" if settings.objective == "bradley_terry" else "prompt/response/value"
+    for key, path in zip(("data.train", "data.heldout"), settings.files()):
         if not os.path.isfile(resolve_data_path(path)):
-            raise ConfigError(f"{key}={path!r}: no such file (a jsonl of prompt/chosen/rejected rows).")
+            raise ConfigError(f"{key}={path!r}: no such file (a jsonl of {rows} rows).")
     train = settings.train
     for key, value in (("train.batch_size", train.batch_size), ("train.eval_batch_size", train.eval_batch_size)):
         if value < 1:
@@ -101,10 +130,19 @@ def build_settings(cfg: Any) -> RMSettings:
     return settings
 
 
-def load_pairs(settings: RMSettings) -> tuple[list[Pair], list[Pair]]:
+def load_pairs(settings: RMSettings) -> tuple[list[Pair], list[Pair]] | tuple[list[Valuation], list[Valuation]]:
+    """The (train, heldout) rows of the objective: preference pairs or valuations (file:line errors)."""
     from rlpost.data import resolve_data_path
 
-    return read_pairs(resolve_data_path(settings.data.train)), read_pairs(resolve_data_path(settings.data.heldout))
+    train, heldout = (resolve_data_path(p) for p in settings.files())
+    if settings.objective == "bradley_terry":
+        return read_pairs(train), read_pairs(heldout)
+    rows = read_valuations(train), read_valuations(heldout)
+    if not settings.context_only:
+        names = feature_names(rows[0], train)
+        if feature_names(rows[1], heldout) != names:
+            raise ConfigError(f"{heldout}: its features differ from the training file's ({names}).")
+    return rows
 
 
 def load_classifier(cfg: ModelConfig):
@@ -134,29 +172,22 @@ def train_rm(
     """Train one reward model described by the composed config; returns the summary. ``settings`` is
     ``build_settings(cfg)`` as the launch validated it (rlpost/tools/train_rm.py); built here without it."""
     from datasets import Dataset
-    from transformers import PrinterCallback, set_seed
+    from transformers import PrinterCallback, TrainingArguments, set_seed
     from trl import RewardConfig, RewardTrainer
 
     from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
+    from rlpost.reward_model.regression import ValuationTask
     from rlpost.rundir import RunDirectory
 
     if settings is None:
         settings = build_settings(cfg)
-    train_pairs, heldout = load_pairs(settings)  # file:line errors before anything is written
+    train_rows, heldout = load_pairs(settings)  # file:line errors before anything is written
     rundir = RunDirectory(run_dir)
     rundir.write_config(cfg, overrides or [])
     set_seed(settings.seed)
     model, tokenizer = load_classifier(settings.model)
     data, train = settings.data, settings.train
-
-    def metrics() -> dict[str, float]:
-        return pairwise_metrics(model, tokenizer, heldout, data.conversational, data.max_length, train.eval_batch_size)
-
-    before = metrics()
-    texts = [render(tokenizer, p.prompt, c, data.conversational) for p in train_pairs for c in (p.chosen, p.rejected)]
-    ids = encode(tokenizer, texts, data.max_length)
-    dataset = Dataset.from_dict({"chosen_ids": ids[0::2], "rejected_ids": ids[1::2]})
-    args = RewardConfig(
+    common = dict(  # TrainingArguments shared by both objectives
         output_dir=str(rundir.checkpoints),
         per_device_train_batch_size=train.batch_size,
         num_train_epochs=train.epochs,
@@ -166,8 +197,6 @@ def train_rm(
         warmup_steps=train.warmup_ratio,  # a float < 1 is a ratio of the total steps (transformers 5)
         weight_decay=train.weight_decay,
         max_grad_norm=train.max_grad_norm,
-        center_rewards_coefficient=train.center_rewards,
-        max_length=None,  # encode() already kept the last data.max_length tokens
         logging_steps=1,
         save_strategy="no",
         report_to=[],
@@ -176,9 +205,36 @@ def train_rm(
         bf16=False,
     )
     callbacks = [MetricsFileCallback(rundir)] + ([RichProgressCallback()] if settings.progress else [])
-    trainer = RewardTrainer(
-        model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
-    )
+    meta: dict[str, Any] = {"objective": settings.objective}
+    if settings.objective == "regression":
+        task = ValuationTask(settings, tokenizer, cast(list[Valuation], train_rows), cast(list[Valuation], heldout))
+        meta.update(task.meta())
+
+        def metrics() -> dict[str, float]:
+            return task.metrics(model)
+
+        before = metrics()
+        trainer = task.trainer(model, TrainingArguments(**common), callbacks)
+    else:
+        pairs, heldout_pairs = cast(list[Pair], train_rows), cast(list[Pair], heldout)
+
+        def metrics() -> dict[str, float]:
+            return pairwise_metrics(
+                model, tokenizer, heldout_pairs, data.conversational, data.max_length, train.eval_batch_size
+            )
+
+        before = metrics()
+        texts = [render(tokenizer, p.prompt, c, data.conversational) for p in pairs for c in (p.chosen, p.rejected)]
+        ids = encode(tokenizer, texts, data.max_length)
+        dataset = Dataset.from_dict({"chosen_ids": ids[0::2], "rejected_ids": ids[1::2]})
+        args = RewardConfig(
+            **common,
+            center_rewards_coefficient=train.center_rewards,
+            max_length=None,  # encode() already kept the last data.max_length tokens
+        )
+        trainer = RewardTrainer(
+            model=model, args=args, train_dataset=dataset, processing_class=tokenizer, callbacks=callbacks
+        )
     trainer.remove_callback(PrinterCallback)
     started = time.perf_counter()
     trainer.train()
@@ -189,18 +245,19 @@ def train_rm(
     folder = rundir.path / "model"
     model.save_pretrained(folder, safe_serialization=True)
     tokenizer.save_pretrained(folder)
-    meta = {
-        "conversational": data.conversational,
-        "max_length": data.max_length,
-        "score_mean": after["score_mean"],
-        "score_std": after["score_std"],
-    }
+    meta.update(
+        conversational=data.conversational,
+        max_length=data.max_length,
+        score_mean=after["score_mean"],
+        score_std=after["score_std"],
+    )
     (folder / RM_META).write_text(json.dumps(meta, indent=2) + "\n")
     summary = {
         "run_dir": str(rundir.path),
         "model_dir": str(folder),
         "model": settings.model.display_name,
-        "train_pairs": len(train_pairs),
+        "objective": settings.objective,
+        "train_pairs" if settings.objective == "bradley_terry" else "train_rows": len(train_rows),
         "steps": trainer.state.global_step,
         "train_seconds": round(seconds, 2),
         "seconds_per_step": round(seconds / max(trainer.state.global_step, 1), 3),

@@ -16,6 +16,10 @@ Choices where nothing dictated one:
   share), ``heldout`` ((r - mean) / std of the RM's held-out scores, stored by train-rm; fixed over
   the run, so rewards stay comparable between steps).
 - The model is dropped when the reward is pickled (TRL's rollout workers) and reloads lazily there.
+- A regression reward model (``train-rm objective=regression``, KARMA, seed 004 #3) that reads its rows'
+  features (``context_only=false``) sees them here from the data columns of the same names, rendered as
+  in training (rlpost/reward_model/valuations.py); a batch without those columns is an error naming
+  them. A context-only model reads the conversation alone.
 """
 
 from __future__ import annotations
@@ -28,7 +32,8 @@ from typing import Annotated, Any, Literal
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
+from rlpost.reward_model.pairs import RM_META, encode, score_ids
+from rlpost.reward_model.regression import render_row
 from rlpost.rewards.base import REWARDS, ParamError, Reward
 from rlpost.schema import PathSpec, Range, path_kind
 
@@ -109,6 +114,7 @@ class RewardModel(Reward):
                 f"{cfg.path!r} has none. Use normalize=batch or none.",
             )
         self.mean, self.std = float(meta.get("score_mean", 0.0)), float(meta.get("score_std", 1.0))
+        self.features: list[str] = list(meta.get("features") or [])  # columns a regression RM reads
         self._model = None
         self._tokenizer = None
 
@@ -132,16 +138,27 @@ class RewardModel(Reward):
             self._tokenizer = tokenizer
         return self._model, self._tokenizer
 
-    def scores(self, prompts: list, completions: list) -> torch.Tensor:
-        """Raw classifier scores ``[N]`` (float32, CPU) of each prompt + completion."""
+    def scores(self, prompts: list, completions: list, **columns: Any) -> torch.Tensor:
+        """Raw classifier scores ``[N]`` (float32, CPU) of each prompt + completion (and its features)."""
         model, tokenizer = self.load()
-        texts = [render(tokenizer, p, c, self.conversational) for p, c in zip(prompts, completions)]
+        missing = [name for name in self.features if name not in columns]
+        if missing:
+            raise ValueError(
+                f"reward 'reward_model': {self.cfg.path!r} was trained with the rows' features {self.features} "
+                f"(train-rm context_only=false); the data has no column {missing[0]!r}. Give the data those "
+                "columns, or train the reward model with context_only=true."
+            )
+        rows = [{name: columns[name][i] for name in self.features} for i in range(len(prompts))]
+        texts = [
+            render_row(tokenizer, p, c, f, self.conversational, bool(self.features))
+            for p, c, f in zip(prompts, completions, rows)
+        ]
         ids = encode(tokenizer, texts, self.max_length)
         return score_ids(model, ids, tokenizer.pad_token_id, self.cfg.batch_size)
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``prompts [N]``, ``completions [N]`` -> rewards ``[N]`` (normalized per ``normalize``)."""
-        r = self.scores(prompts, completions)
+        r = self.scores(prompts, completions, **{k: v for k, v in kwargs.items() if k in self.features})
         if self.cfg.normalize == "batch":
             r = (r - r.mean()) / (r.std(unbiased=False) + 1e-6)
         elif self.cfg.normalize == "heldout":

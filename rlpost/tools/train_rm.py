@@ -1,5 +1,5 @@
-"""``rlpost train-rm [overrides] [-m]``: a Bradley-Terry reward model from preference pairs
-(rlpost/reward_model/train.py), a Hydra app on ``conf/train_rm.yaml``. Through the launch path
+"""``rlpost train-rm [overrides] [-m]``: a reward model from preference pairs (Bradley-Terry) or from
+scalar valuations (``objective=regression``; rlpost/reward_model/train.py), a Hydra app on ``conf/train_rm.yaml``. Through the launch path
 (rlpost/app.py) every job's settings are built and its pair files read once before Hydra starts, so
 a bad key or a bad row exits with code 2 and nothing is written; the job trains those settings."""
 
@@ -18,15 +18,17 @@ def build(cfg: Any, overrides: list[str]) -> RMSettings:
 
 
 def run(settings: RMSettings, cfg: Any, output_dir: str, overrides: list[str]) -> float:
-    """One Hydra job: train the reward model, print the held-out metrics; returns the held-out accuracy."""
+    """One Hydra job: train the reward model, print the held-out metrics; returns the held-out accuracy
+    (regression: Spearman's rho)."""
     summary = train_rm(cfg, output_dir, overrides, settings=settings)
     before, after = summary["before"], summary["after"]
     print(f"run directory: {summary['run_dir']}")
     print(f"  reward model:   {summary['model_dir']}")
-    for key in ("accuracy", "loss", "margin"):
+    regression = settings.objective == "regression"
+    for key in ("mse", "pearson", "spearman") if regression else ("accuracy", "loss", "margin"):
         print(f"  heldout/{key:<8} {before[key]:.3f} -> {after[key]:.3f}")
     print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
-    return after["accuracy"]
+    return after["spearman" if regression else "accuracy"]
 
 
 APP = App(command="train-rm", config_name="train_rm", build=build, run=run)
