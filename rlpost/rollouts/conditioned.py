@@ -1,6 +1,7 @@
 """The conditioned second rollout, trained under the original prompt: the one mechanism behind
 ``feedback_refine`` (DITTO, seed 004 #16), ``hindsight_critique`` (HindSearch, seed 000 #12),
-``rubric_guidance`` (RISE-RL, seed 000 #6) and ``reflect_revise`` (LA-RL, seed 000 #19).
+``rubric_guidance`` (RISE-RL, seed 000 #6), ``reflect_revise`` (LA-RL, seed 000 #19) and
+``struct_refine`` (StructPO, seed 000 #10).
 
 Per group of G rows (one prompt x), the last ``refine_per_group`` = k rows are conditioned slots:
 

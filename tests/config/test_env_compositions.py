@@ -30,6 +30,7 @@ REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpos
             "hindsight_critique",
             "reflect_revise",
             "rubric_guidance",
+            "struct_refine",
         )
     },  # fmt: skip
     "algorithm=dapo": "algorithm.overlong.soft_penalty",

@@ -345,3 +345,56 @@ def test_reflect_revise_diagnoses_then_trains_the_revision_under_the_original_pr
     assert len(diagnose) == 8  # 2 steps x 2 groups x k=2
     for request in trainer.run.algorithm.rollout.last.values():
         assert request.note.startswith("Diagnosis of your response: ")
+
+
+LENGTH = "reward.terms=[{name: length, weight: 1.0, params: {target: 6, unit: words}}]"  # varies by completion
+
+
+def test_struct_refine_revises_the_weakest_draft_stage_by_stage_under_the_original_prompt(tmp_path, generate_calls):
+    trainer = train(
+        [
+            *data_files(tmp_path),
+            LENGTH,
+            "algorithm/advantage=segments",
+            "algorithm.advantage.local=[]",  # the length term is global (coherence) credit
+            "algorithm/rollout=struct_refine",
+            "algorithm.rollout.refine_per_group=1",
+            "algorithm.rollout.keep=all",  # every revision joins: the improved rule is checked on its log
+        ],
+        tmp_path,
+    )
+    strategy = trainer.run.algorithm.rollout
+    assert check_trained_under_original_prompt(trainer, generate_calls) == 2  # k=1 slot x 2 groups
+    b, improved = trainer.batches[-1], []
+    terms = b["terms"][:, 0].tolist()  # the length reward, as the trainer scored each row under x
+    for slot, request in strategy.last.items():
+        start = slot - slot % 4
+        drafts = [start, start + 1, start + 2]  # the G - k natural drafts the strategy chose from
+        assert request.source in drafts and terms[request.source] == min(terms[i] for i in drafts)  # the weakest
+        assert "Keep its stages in this order, each opened by its marker: <think>, <answer>." in request.note
+        assert request.prompt[-2] == {"role": "assistant", "content": b["texts"][request.source]}
+        improved.append(terms[slot] > terms[request.source])
+    # logged: the share of revisions whose reward under x beats their draft's
+    assert logged(trainer, "rlpost/rollout/struct_refine/improved_frac")[-1] == sum(improved) / len(improved)
+    assert all(-1.0 <= v <= 0.0 for v in logged(trainer, "rlpost/rollout/struct_refine/draft_reward"))
+
+
+def test_struct_refine_keeps_only_revisions_that_beat_their_draft():
+    from rlpost.rollouts.conditioned import Request
+    from rlpost.rollouts.struct_refine import StructRefine
+
+    strategy = StructRefine(StructRefine.Config(refine_per_group=1))
+    nan = float("nan")
+    strategy._draft = {0: 0.2, 4: nan, 8: 0.5, 12: -1.0}  # the drafts' rewards under x
+    requests = [Request(range(s, s + 4), "p", s) for s in (0, 4, 8, 12)]
+    strategy.rewards_under_x = lambda ctx, sources, completions: [0.3, 1.0, 0.5, nan]
+    logs = {}
+    ctx = type("Ctx", (), {"log": lambda self, k, v: logs.__setitem__(k, v)})()
+    # 0.3 > 0.2 kept; an unscorable draft is never beaten; 0.5 = 0.5 is no improvement; NaN revision dropped
+    assert strategy.keep(requests, type("Out", (), {"completions": [None] * 4})(), ctx, None) == [
+        True,
+        False,
+        False,
+        False,
+    ]
+    assert logs == {"struct_refine/improved_frac": 0.25}
