@@ -93,8 +93,8 @@ import rlpost.rollouts.generic_negative  # noqa: F401
 import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
 import rlpost.rollouts.reflect_revise  # noqa: F401
-import rlpost.rollouts.struct_refine  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
+import rlpost.rollouts.struct_refine  # noqa: F401
 
 # data transforms
 import rlpost.transforms.ect  # noqa: F401
