@@ -25,6 +25,8 @@ from rlpost.plots import plot_curves
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "methods"
 COMMON = ["logging.tensorboard=false", "logging.plots=false"]
+QWEN_JUDGE = "reward.terms.0.params.judge.model.source=qwen2_5_coder"  # a judge that tells the criteria apart
+ACRL_BAND = ["algorithm.correction.band_low=5e-4", "algorithm.correction.band_high=2e-3"]
 
 
 @dataclass
@@ -107,6 +109,46 @@ def pairs(steps: int) -> list[Pair]:
             ],
             eval_keys=["eval/rubric/final_number", "eval/rubric/correct", "eval/reward"],
             baseline_label="weighted mean",
+        ),
+        Pair(
+            "focal_qwen",
+            "Focal Reward over the rubric's criteria (seed 004 #4) vs the rubric's weighted mean, Qwen2.5-Coder-0.5B "
+            "as the judge",
+            ["reward=rubric", "reward.terms.0.params.columns=criteria", "reward/combine=focal", QWEN_JUDGE, *batch],
+            [
+                "reward=rubric",
+                "reward.terms.0.params.columns=criteria",
+                "reward/combine=weighted_sum",
+                QWEN_JUDGE,
+                *batch,
+            ],
+            [
+                "reward",
+                "rewards/rubric/final_number/mean",
+                "rewards/rubric/correct/mean",
+                "focal/saturation/rubric/final_number",
+                "focal/saturation/rubric/correct",
+                "focal/weight/rubric/final_number",
+                "focal/weight/rubric/correct",
+            ],
+            eval_keys=["eval/rubric/final_number", "eval/rubric/correct", "eval/reward"],
+            baseline_label="weighted mean",
+        ),
+        Pair(
+            "acrl",
+            "ACRL (seed 000 #18) controlling the real bf16-rollout mismatch vs the admitted one (the previous "
+            "behaviour), band [5e-4, 2e-3] so that the real mismatch sits above it",
+            ["algorithm/correction=acrl", *ACRL_BAND, *batch],
+            ["algorithm/correction=acrl", "algorithm.correction.controlled=admitted", *ACRL_BAND, *batch],
+            [
+                "reward",
+                "entropy",
+                "correction/tau",
+                "correction/real_discrepancy",
+                "correction/admitted_discrepancy",
+                "correction/gated_fraction",
+            ],
+            baseline_label="acrl, admitted",
         ),
     ]
 

@@ -6,7 +6,9 @@ control. rlpost's controller:
 
     Delta_t = log pi_train(y_t) - log pi_rollout(y_t)                per token [N, T]
     g_t     = 1[|Delta_t| <= tau]                                    token gate: the loss weight [N, T]
-    D       = sum_t g_t |Delta_t| / sum_t m_t                         discrepancy admitted into the update
+    D_real  = sum_t m_t |Delta_t| / sum_t m_t                         the real train-inference discrepancy
+    D_adm   = sum_t g_t |Delta_t| / sum_t m_t                         the part the gate admits into the update
+    D       = D_real (controlled: real, the default) or D_adm (controlled: admitted)
     tau    <- max(tau * exp(-gain), tau_min)   if D > band_high       tighten
     tau    <- min(tau * exp(+gain), tau_max)   if D < band_low        relax
               unchanged                        otherwise              (dead band)
@@ -16,16 +18,26 @@ a batch never sees a threshold computed from itself). Choices where the abstract
 discrepancy is the mean absolute per-token log-prob difference (the ``mismatch/logp_abs_diff``
 rlpost logs for every run); the actuator is a token gate (tokens far off the rollout policy carry
 no gradient, the others are left unweighted, unlike IS); the update is multiplicative (tau spans
-orders of magnitude between bf16 and fp8 mismatch). The abstract's entropy increase is an observed
-effect, not a term added here. The controller state (tau, updates, last D) is saved in every
-checkpoint (rlpost/state.py) and restored on resume. Evaluation batches do not move it.
+orders of magnitude between bf16 and fp8 mismatch).
+
+What the controller keeps in the band is the *real* discrepancy between the rollout engine and the
+trainer, as the abstract says ("adaptively maintains the training-inference discrepancy within a
+reasonable range"). The gate cannot change the engines' numbers within a batch; the loop closes
+through training: while the real discrepancy is above the band the gate narrows, so the updates
+no longer move the policy along the tokens where the engines disagree most, and a policy drifting
+into regions the low-precision engine renders poorly is held back. ``controlled: admitted`` keeps
+the earlier reading: the band holds only the
+discrepancy the gate lets through, which the gate can always meet by closing, whatever the engines
+do. The abstract's entropy increase is an effect to measure (``entropy`` in the logs,
+bench/METHODS.md), not a term added here. The controller state (tau, updates, last D) is saved in
+every checkpoint (rlpost/state.py) and restored on resume. Evaluation batches do not move it.
 """
 
 from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Annotated
+from typing import Annotated, Literal
 
 import torch
 
@@ -54,6 +66,7 @@ class AdaptiveControl(Correction):
         tau_min: Annotated[float, Range(gt=0)] = 1.0e-3
         tau_max: Annotated[float, Range(gt=0)] = 5.0
         gain: Annotated[float, Range(gt=0)] = 0.5
+        controlled: Literal["real", "admitted"] = "real"  # the discrepancy kept in the band
 
         def __post_init__(self):
             if not 0 <= self.band_low < self.band_high:
@@ -75,17 +88,20 @@ class AdaptiveControl(Correction):
         delta = x.log_ratio.abs()  # [N, T], 0 on masked-out tokens
         tau = self.tau
         gate = (delta <= tau).float()
-        admitted = (gate * delta * x.mask).sum() / x.mask.sum().clamp(min=1.0)
-        discrepancy = admitted.item()
+        tokens = x.mask.sum().clamp(min=1.0)
+        admitted = ((gate * delta * x.mask).sum() / tokens).item()
+        real = ((delta * x.mask).sum() / tokens).item()
+        discrepancy = real if self.cfg.controlled == "real" else admitted
         metrics = weight_metrics(gate, x.mask)
-        metrics.update(tau=tau, admitted_discrepancy=discrepancy, gated_fraction=fraction(gate == 0, x.mask))
+        metrics.update(tau=tau, admitted_discrepancy=admitted, real_discrepancy=real)
+        metrics["gated_fraction"] = fraction(gate == 0, x.mask)
         if x.training:
             self.update(discrepancy)
         metrics["in_band"] = float(self.cfg.band_low <= discrepancy <= self.cfg.band_high)
         return gate, metrics
 
     def update(self, discrepancy: float) -> None:
-        """One controller step from the discrepancy D admitted by the current gate."""
+        """One controller step from the controlled discrepancy D of the last batch."""
         c = self.cfg
         if discrepancy > c.band_high:
             self.tau = max(self.tau * math.exp(-c.gain), c.tau_min)
@@ -105,6 +121,6 @@ class AdaptiveControl(Correction):
     def describe(self) -> str:
         c = self.cfg
         return (
-            f"acrl: loss x 1[|log pi - log mu| <= tau], tau adapted (x exp(+-{c.gain:g})) to keep the admitted "
+            f"acrl: loss x 1[|log pi - log mu| <= tau], tau adapted (x exp(+-{c.gain:g})) to keep the {c.controlled} "
             f"discrepancy in [{c.band_low:g}, {c.band_high:g}] (tau in [{c.tau_min:g}, {c.tau_max:g}], starts {c.tau_init:g})"
         )

@@ -139,6 +139,8 @@ def test_acrl_and_ais_run_and_acrl_state_is_checkpointed(tmp_path):
     )
     assert moved and rec.inner.updates == 2
     assert logs[1]["rlpost/correction/tau"] > logs[0]["rlpost/correction/tau"]  # bf16 mismatch < band_low: relax
+    real, admitted = logs[0]["rlpost/correction/real_discrepancy"], logs[0]["rlpost/correction/admitted_discrepancy"]
+    assert 0 < admitted <= real < 0.01  # the controller reads the real bf16 mismatch, below band_low
     saved = torch.load(tmp_path / "acrl" / "checkpoint-2" / STATE_FILE, weights_only=True)
     assert saved["algorithm.correction"]["tau"] == rec.inner.tau
     _, rec, logs, moved = run_steps(tmp_path / "ais", ["algorithm/correction=ais"], steps=1)

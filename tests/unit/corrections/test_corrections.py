@@ -124,11 +124,11 @@ def test_ais_is_uncorrected_without_mismatch():
     assert torch.equal(w, torch.ones(2, 2)) and m["lam"] == 0.0
 
 
-def test_acrl_controller_tightens_then_holds_in_band():
-    # |Delta| = [0.1, 0.2, 0.3, 0]; tau 0.25 -> gate [1, 1, 0, 1]; D = (0.1 + 0.2) / 4 = 0.075 > 0.05
+def test_acrl_controller_on_the_admitted_discrepancy_tightens_then_holds_in_band():
+    # controlled: admitted. |Delta| = [0.1, 0.2, 0.3, 0]; tau 0.25 -> gate [1, 1, 0, 1]; D = (0.1 + 0.2) / 4 = 0.075 > 0.05
     #   -> tau = 0.25 * exp(-0.5) = 0.151633
     # next batch: gate [1, 0, 0, 1]; D = 0.1 / 4 = 0.025 in [0.01, 0.05] -> tau unchanged
-    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.25, gain=0.5)
+    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.25, gain=0.5, controlled="admitted")
     acrl = AdaptiveControl(cfg)
     x = inputs([[0.1, -0.2, 0.3, 0.0]])
     w, m = acrl(x)
@@ -139,6 +139,26 @@ def test_acrl_controller_tightens_then_holds_in_band():
     assert w.tolist() == [[1.0, 0.0, 0.0, 1.0]] and m["gated_fraction"] == pytest.approx(0.5)
     assert m["admitted_discrepancy"] == pytest.approx(0.025) and m["in_band"] == 1.0
     assert acrl.tau == pytest.approx(0.25 * math.exp(-0.5)) and acrl.updates == 2
+
+
+def test_acrl_controller_on_the_real_discrepancy_keeps_tightening_while_the_engines_disagree():
+    # controlled: real (the default). |Delta| = [0.1, 0.2, 0.3, 0]: D_real = 0.6 / 4 = 0.15 > 0.05 on every
+    # batch, whatever the gate admits -> tau = 0.25 e^-0.5 = 0.151633, then 0.25 e^-1 = 0.091970
+    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.25, gain=0.5)
+    acrl = AdaptiveControl(cfg)
+    x = inputs([[0.1, -0.2, 0.3, 0.0]])
+    w, m = acrl(x)  # tau 0.25: gate [1, 1, 0, 1], D_adm = 0.075
+    assert w.tolist() == [[1.0, 1.0, 0.0, 1.0]] and m["real_discrepancy"] == pytest.approx(0.15)
+    assert m["admitted_discrepancy"] == pytest.approx(0.075) and m["in_band"] == 0.0
+    w, m = acrl(x)  # tau 0.151633: gate [1, 0, 0, 1], D_adm = 0.025 would be in band; D_real is not
+    assert w.tolist() == [[1.0, 0.0, 0.0, 1.0]] and m["in_band"] == 0.0
+    assert acrl.tau == pytest.approx(0.25 * math.exp(-1.0))
+    w, m = acrl(x)  # tau 0.091970 < 0.1: only the matched token passes
+    assert w.tolist() == [[0.0, 0.0, 0.0, 1.0]] and m["gated_fraction"] == pytest.approx(0.75)
+    # the engines agree again: D_real = (0.02 + 0.01) / 2 = 0.015 in [0.01, 0.05] -> tau holds
+    held = acrl.tau
+    acrl(inputs([[0.02, -0.01]]))
+    assert acrl.tau == held and acrl.last_discrepancy == pytest.approx(0.015)
 
 
 def test_acrl_relaxes_below_the_band_up_to_tau_max_and_eval_batches_do_not_move_it():
@@ -155,7 +175,7 @@ def test_acrl_relaxes_below_the_band_up_to_tau_max_and_eval_batches_do_not_move_
 
 def test_acrl_state_travels_through_a_checkpoint_file(tmp_path):
     acrl = AdaptiveControl(AdaptiveControl.Config(tau_init=1.0, gain=0.5))
-    acrl(inputs([[3.0, 0.5]]))  # gate [0, 1] -> D = 0.25 > 0.01 -> tau = e^-0.5
+    acrl(inputs([[3.0, 0.5]]))  # gate [0, 1]; D_real = 1.75 > 0.01 -> tau = e^-0.5
     save_component_state([("algorithm.correction", acrl)], tmp_path)
     fresh = AdaptiveControl(AdaptiveControl.Config(tau_init=1.0, gain=0.5))
     assert load_component_state([("algorithm.correction", fresh)], tmp_path) == ["algorithm.correction"]
