@@ -189,6 +189,23 @@ def check_refill(run: BuiltRun) -> None:
         )
 
 
+def check_reference_sync(run: BuiltRun) -> None:
+    """algorithm.kl.ref_sync_every moves a reference model: there must be one, and a full one."""
+    every = run.algorithm.kl.ref_sync_every
+    if not every:
+        return
+    if not run.needs_reference:
+        raise ConfigError(
+            f"algorithm.kl.ref_sync_every={every} moves the reference model toward the policy, but this run has no "
+            "reference: set algorithm.kl.coef > 0 (or use a component that reads the reference)."
+        )
+    if run.model.lora.enabled:
+        raise ConfigError(
+            f"algorithm.kl.ref_sync_every={every} and model.lora.enabled=true cannot be combined: a LoRA policy's "
+            "reference is its own base model with the adapter off, which has no weights of its own to sync."
+        )
+
+
 def check_run(run: BuiltRun) -> None:
     """Cross-group checks: combinations that each group alone cannot see (each value's own range is
     declared on its field and checked by ``build_config``)."""
@@ -214,6 +231,7 @@ def check_run(run: BuiltRun) -> None:
                 f"{train.max_grad_norm}); use a large value such as 1e9 to keep the norm unclipped."
             )
     check_refill(run)
+    check_reference_sync(run)
     check_correction(run)
     check_trainer(run)
     if algo.offline is not None:  # replay folders exist and match the run (algorithm=regen)

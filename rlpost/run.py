@@ -147,6 +147,12 @@ class BuiltRun:
             kwargs["deepspeed"] = deepspeed_config(self.hardware)
         if self.fp32_lm_head:  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
             kwargs["cast_lm_head_to_fp32"] = True
+        if algo.kl.ref_sync_every:  # iterative post-training: the reference follows the policy (rlpost/losses/kl.py)
+            kwargs.update(
+                sync_ref_model=True,
+                ref_model_sync_steps=algo.kl.ref_sync_every,
+                ref_model_mixup_alpha=algo.kl.ref_sync_mix,
+            )
         return kwargs
 
     @property

@@ -23,6 +23,12 @@ Placement:
 - ``token``: standard RLHF PPO: ``-coef * kl_t`` is each token's own reward, before GAE (needs a
   critic: ``algorithm=ppo``); also the pipeline's shaping stage.
 Choices: ``coef=0`` disables KL (no reference model needed); the reward penalty is detached.
+
+Iterative post-training (``ref_sync_every=N``): the reference is moved to the policy every N optimizer
+steps, ``ref <- mix * policy + (1 - mix) * ref`` (TRL's ``sync_ref_model`` callback, ``ref_sync_mix`` its
+``ref_model_mixup_alpha``), so each N-step iteration is anchored at the previous iterate rather than at the
+initial model (the iterative setting of EDO, seed 004 #30). It needs a reference (``coef > 0``, or a
+component that reads one) and full fine-tuning (a LoRA policy's reference is its own base model).
 """
 
 from __future__ import annotations
@@ -49,6 +55,10 @@ class KLConfig:
     estimator: Estimator = "k3"  # per-token estimator: k1 (log-ratio), k2 (half squared), k3 (TRL's)
     # in the per-token loss, the reward, or each token's reward (PPO)
     placement: Literal["loss", "reward", "token"] = "loss"
+    # iterative post-training: every N optimizer steps the reference becomes mix * policy + (1 - mix) *
+    # reference (TRL's sync_ref_model); 0 = the reference stays the initial model
+    ref_sync_every: Annotated[int, Range(ge=0)] = 0
+    ref_sync_mix: Annotated[float, Range(gt=0, le=1)] = 1.0  # 1 = the reference is replaced by the policy
 
     def __post_init__(self) -> None:
         if self.coef < 0:

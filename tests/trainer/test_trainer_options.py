@@ -32,6 +32,48 @@ def test_kl_in_loss_loads_a_reference_and_logs_kl(estimator, tmp_path):
         assert kl[1] > 0  # both are non-negative per token
 
 
+def test_reference_sync_anchors_each_iteration_at_the_last_policy(tmp_path):
+    """algorithm.kl.ref_sync_every=1, mix 1: after every step the reference is the policy, so the KL each
+    step starts from is 0 (without the sync it is > 0 from step 2 on: the test above)."""
+    run = make_run(["algorithm.kl.coef=0.1", "algorithm.kl.ref_sync_every=1", "train.steps=3"])
+    trainer = train_rlpost(run, tmp_path)
+    assert metric(trainer, "kl") == pytest.approx([0.0, 0.0, 0.0], abs=1e-6)
+    policy, ref = params_of(trainer.model), params_of(trainer.ref_model)
+    assert all(torch.equal(policy[n], ref[n]) for n in policy)
+
+
+def test_reference_sync_mixes_policy_into_the_reference(tmp_path):
+    from rlpost.models import load_model
+
+    overrides = ["algorithm.kl.coef=0.1", "algorithm.kl.ref_sync_every=1", "algorithm.kl.ref_sync_mix=0.5"]
+    run = make_run([*overrides, "train.steps=1"])
+    start = params_of(load_model(run.model))  # the initial weights: the reference before the first sync
+    trainer = train_rlpost(run, tmp_path)
+    policy, ref = params_of(trainer.model), params_of(trainer.ref_model)
+    name = "model.layers.0.mlp.up_proj.weight"
+    assert not torch.equal(policy[name], start[name])  # the policy moved
+    # ref <- 0.5 * policy + 0.5 * ref_initial
+    torch.testing.assert_close(ref[name], 0.5 * policy[name] + 0.5 * start[name])
+
+
+@pytest.mark.parametrize(
+    "overrides, message",
+    [
+        (["algorithm.kl.ref_sync_every=2"], "algorithm.kl.ref_sync_every=2 moves the reference.*no reference"),
+        (
+            ["algorithm.kl.coef=0.1", "algorithm.kl.ref_sync_every=2", "model.lora.enabled=true"],
+            "ref_sync_every=2 and model.lora.enabled=true cannot be combined",
+        ),
+        (["algorithm.kl.coef=0.1", "algorithm.kl.ref_sync_mix=0"], "ref_sync_mix"),
+    ],
+)
+def test_reference_sync_refusals(overrides, message):
+    from rlpost.errors import ConfigError
+
+    with pytest.raises(ConfigError, match=message):
+        make_run(overrides)
+
+
 def test_kl_in_reward_subtracts_a_penalty(tmp_path):
     run = make_run(["algorithm.kl.coef=0.1", "algorithm.kl.placement=reward", "algorithm.kl.estimator=k1"])
     trainer = train_rlpost(run, tmp_path)
