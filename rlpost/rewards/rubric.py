@@ -138,7 +138,7 @@ class Rubric(Reward):
         max_response_chars: Annotated[int, Range(ge=1)] = 2000  # longer responses are cut to this many characters
         columns: Literal["mean", "criteria"] = "mean"  # one weighted-mean column, or one column per criterion
         # columns=criteria with per-row rubrics: the criterion names the rows use, each with its weight
-        criteria: dict[str, Annotated[float, Range(ge=0)]] = field(default_factory=dict)
+        criteria: dict[str, Annotated[float, Range(ge=0)]] | None = None
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)

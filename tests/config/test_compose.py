@@ -46,6 +46,9 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("data/env", "callable"): ["reward=env", "data.env.path=support_envs:CountDown"],
     ("data/env", "gym"): ["reward=env", "data.env.path=support_envs:GuessNumber"],
     ("reward", "env"): ["data/env=calculator"],  # the env term reads episodes
+    # OPD's default teacher is Qwen2.5-Coder-0.5B (make qwen), which a fresh CI machine does not have
+    ("algorithm", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
+    ("algorithm/loss", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
 }
 EPISODE_REFUSAL = "data/env=calculator cannot be combined with"  # what episodes refuse (rlpost/envs/base.py)
 
@@ -154,6 +157,7 @@ def test_bundle_x_loss_x_regularizers(bundle, required):
                 f"algorithm/regularizers=[{','.join(chosen)}]",
                 *required.get(("algorithm", bundle), []),
             ]
+            overrides += [o for o in NEEDS.get(("algorithm/loss", loss), []) if o not in overrides]
             cfg = compose(overrides)
             assert OmegaConf.to_container(cfg.algorithm.loss) == own_node("loss", loss), overrides
             run = build_run(cfg)

@@ -112,7 +112,7 @@ def test_built_run_has_one_column_per_criterion_and_focal_names_them():
             ["reward.terms.0.params.rubric_column=rubric"],
             r"reward.terms\[0\].params.criteria: columns=criteria with per-row rubrics \(rubric_column\) needs",
         ),
-        (["+reward.terms.0.params.criteria={a: 1.0}"], r"params.criteria: is for per-row rubrics"),
+        (["reward.terms.0.params.criteria={a: 1.0}"], r"params.criteria: is for per-row rubrics"),
         (["reward.terms.0.params.columns=each"], r"columns.*Valid choices: mean, criteria"),
         (
             ["reward/combine=focal", "reward.combine.low=[0.0,0.0,0.0]"],
