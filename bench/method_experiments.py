@@ -150,6 +150,15 @@ def pairs(steps: int) -> list[Pair]:
             ],
             baseline_label="acrl, admitted",
         ),
+        Pair(
+            "opd",
+            "OPD (seed 000 #1, #27) with Qwen2.5-Coder-0.5B as the teacher (another tokenizer, aligned by "
+            "characters) vs SmolLM2-135M, the student's own model (the previous default)",
+            ["algorithm=opd", *batch],
+            ["algorithm=opd", "algorithm.loss.teacher_model=smollm2-135m", *batch],
+            ["reward", "opd/reverse_kl", "opd/teacher_logp", "opd/student_logp"],
+            baseline_label="opd, SmolLM2 teacher",
+        ),
     ]
 
 
