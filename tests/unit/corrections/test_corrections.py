@@ -161,6 +161,21 @@ def test_acrl_controller_on_the_real_discrepancy_keeps_tightening_while_the_engi
     assert acrl.tau == held and acrl.last_discrepancy == pytest.approx(0.015)
 
 
+def test_acrl_warns_once_when_the_band_lies_below_what_gating_can_reach(caplog):
+    # D_real = 0.15 > band_high every batch: tau 0.3 -> 0.3 e^-1 = 0.110 (not yet), then max(0.041, 0.1) = 0.1
+    # = tau_min with D still above the band: saturated from the second batch's update on
+    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.3, tau_min=0.1, gain=1.0)
+    acrl = AdaptiveControl(cfg)
+    x = inputs([[0.1, -0.2, 0.3, 0.0]])
+    with caplog.at_level("WARNING", logger="rlpost.corrections.acrl"):
+        _, first = acrl(x)
+        _, second = acrl(x)
+        acrl(x)
+    assert acrl.tau == 0.1 and first["saturated"] == 0.0 and second["saturated"] == 1.0
+    warnings = [r.getMessage() for r in caplog.records]
+    assert len(warnings) == 1 and "stays above band_high=0.05 with the gate at tau_min=0.1" in warnings[0]
+
+
 def test_acrl_relaxes_below_the_band_up_to_tau_max_and_eval_batches_do_not_move_it():
     # D = 0 < band_low: tau = min(tau * e^0.5, tau_max): 1 -> 1.648721 -> 2 (cap)
     acrl = AdaptiveControl(AdaptiveControl.Config(tau_init=1.0, tau_max=2.0, gain=0.5))
