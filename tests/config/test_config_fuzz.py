@@ -49,6 +49,7 @@ CONTEXT: dict[str, list[str]] = {
     "algorithm/advantage=routed": ["reward=math_answer_format"],
     "algorithm/advantage=segments": ["reward=math_answer_format"],
     "reward/combine=decoupled": ["reward=math_answer_format"],
+    "algorithm/loss=opd": ["algorithm.loss.teacher_model=smollm2-135m"],  # the default teacher needs `make qwen`
     "reward.terms[i].name=reward_model": ["reward.terms.0.params.path={rm}"],
     "reward.terms[i].name=pared": [
         "reward.terms.0.params.demo_column=null",
