@@ -201,6 +201,7 @@ def test_rlpost_list_shows_the_rollouts_with_their_seeds():
         "hindsight_critique": "seed 000 #12",
         "rubric_guidance": "seed 000 #6",
         "reflect_revise": "seed 000 #19",
+        "struct_refine": "seed 000 #10",
     }
 
 
