@@ -18,6 +18,7 @@ Choices where the brief was silent:
 from __future__ import annotations
 
 import json
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -47,13 +48,13 @@ def valid_part(value: Any) -> bool:
     )
 
 
-def read_pairs(path: str) -> list[Pair]:
-    """Preference pairs of a jsonl file; a bad line raises ``ConfigError("<path> line <n>: ...")``."""
-    pairs = []
+def json_objects(path: str, kind: str, fields: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
+    """``(where, row)`` for every non-blank line of a jsonl file of objects; ``where`` is ``"<path> line <n>"``.
+    An unreadable file, a line that is not JSON or not an object: ``ConfigError`` naming the file and line."""
     try:
         handle = open(path, encoding="utf-8")
     except OSError as err:
-        raise ConfigError(f"{path}: cannot read the preference file ({err.strerror}).") from None
+        raise ConfigError(f"{path}: cannot read the {kind} file ({err.strerror}).") from None
     with handle:
         for number, line in enumerate(handle, 1):
             if not line.strip():
@@ -65,20 +66,27 @@ def read_pairs(path: str) -> list[Pair]:
                 raise ConfigError(f"{where}: not valid JSON ({err.msg}).") from None
             if not isinstance(row, dict):
                 raise ConfigError(
-                    f"{where}: expected a JSON object with {', '.join(FIELDS)}, got {type(row).__name__}."
+                    f"{where}: expected a JSON object with {', '.join(fields)}, got {type(row).__name__}."
                 )
-            missing = [f for f in FIELDS if f not in row]
-            if missing:
-                raise ConfigError(f"{where}: missing field {missing[0]!r}; a preference row needs {', '.join(FIELDS)}.")
-            bad = [f for f in FIELDS if not valid_part(row[f])]
-            if bad:
-                raise ConfigError(
-                    f"{where}: field {bad[0]!r} must be a non-empty string or a list of "
-                    f"{{role, content}} messages, got {row[bad[0]]!r}."
-                )
-            if row["chosen"] == row["rejected"]:
-                raise ConfigError(f"{where}: chosen and rejected are identical; the pair carries no preference.")
-            pairs.append(Pair(row["prompt"], row["chosen"], row["rejected"]))
+            yield where, row
+
+
+def read_pairs(path: str) -> list[Pair]:
+    """Preference pairs of a jsonl file; a bad line raises ``ConfigError("<path> line <n>: ...")``."""
+    pairs = []
+    for where, row in json_objects(path, "preference", FIELDS):
+        missing = [f for f in FIELDS if f not in row]
+        if missing:
+            raise ConfigError(f"{where}: missing field {missing[0]!r}; a preference row needs {', '.join(FIELDS)}.")
+        bad = [f for f in FIELDS if not valid_part(row[f])]
+        if bad:
+            raise ConfigError(
+                f"{where}: field {bad[0]!r} must be a non-empty string or a list of "
+                f"{{role, content}} messages, got {row[bad[0]]!r}."
+            )
+        if row["chosen"] == row["rejected"]:
+            raise ConfigError(f"{where}: chosen and rejected are identical; the pair carries no preference.")
+        pairs.append(Pair(row["prompt"], row["chosen"], row["rejected"]))
     if not pairs:
         raise ConfigError(f"{path}: no preference pairs (the file is empty).")
     return pairs

@@ -23,7 +23,6 @@ A jsonl row is ``{"prompt": str | messages, "response": str | messages, "value":
 
 from __future__ import annotations
 
-import json
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -31,7 +30,7 @@ from typing import Any
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.reward_model.pairs import valid_part
+from rlpost.reward_model.pairs import json_objects, valid_part
 
 FIELDS = ("prompt", "response", "value")
 
@@ -47,35 +46,23 @@ class Valuation:
 def read_valuations(path: str) -> list[Valuation]:
     """Rows of a valuation jsonl; a bad line raises ``ConfigError("<path> line <n>: ...")``."""
     rows: list[Valuation] = []
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the valuation file ({err.strerror}).") from None
-    with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path} line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ConfigError(f"{where}: not valid JSON ({err.msg}).") from None
-            if not isinstance(row, dict) or any(f not in row for f in FIELDS):
-                missing = [f for f in FIELDS if not isinstance(row, dict) or f not in row]
-                raise ConfigError(
-                    f"{where}: missing field {missing[0]!r}; objective=regression reads rows with "
-                    f"{', '.join(FIELDS)} (and optional features); preference pairs are for objective=bradley_terry."
-                )
-            for name in ("prompt", "response"):
-                if not valid_part(row[name]):
-                    raise ConfigError(f"{where}: field {name!r} must be a non-empty string or a list of messages.")
-            value = row["value"]
-            if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
-                raise ConfigError(f"{where}: value must be a finite number, got {value!r}.")
-            features = row.get("features") or {}
-            if not isinstance(features, dict):
-                raise ConfigError(f"{where}: features must be an object of name: value, got {features!r}.")
-            rows.append(Valuation(row["prompt"], row["response"], float(value), dict(features)))
+    for where, row in json_objects(path, "valuation", FIELDS):
+        missing = [f for f in FIELDS if f not in row]
+        if missing:
+            raise ConfigError(
+                f"{where}: missing field {missing[0]!r}; objective=regression reads rows with "
+                f"{', '.join(FIELDS)} (and optional features); preference pairs are for objective=bradley_terry."
+            )
+        for name in ("prompt", "response"):
+            if not valid_part(row[name]):
+                raise ConfigError(f"{where}: field {name!r} must be a non-empty string or a list of messages.")
+        value = row["value"]
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+            raise ConfigError(f"{where}: value must be a finite number, got {value!r}.")
+        features = row.get("features") or {}
+        if not isinstance(features, dict):
+            raise ConfigError(f"{where}: features must be an object of name: value, got {features!r}.")
+        rows.append(Valuation(row["prompt"], row["response"], float(value), dict(features)))
     if not rows:
         raise ConfigError(f"{path}: no rows (the file is empty).")
     return rows
