@@ -159,6 +159,21 @@ def pairs(steps: int) -> list[Pair]:
             ["reward", "opd/reverse_kl", "opd/teacher_logp", "opd/student_logp"],
             baseline_label="opd, SmolLM2 teacher",
         ),
+        Pair(
+            "structpo",
+            "StructPO (seed 000 #10): struct-aware credit with refinement-guided rollouts vs struct-aware credit alone",
+            ["recipe=structpo", *batch],
+            ["recipe=structpo", "algorithm/rollout=none", *batch],
+            [
+                "reward",
+                "rewards/math_answer/mean",
+                "rewards/format/mean",
+                "rollout/struct_refine/improved_frac",
+                "rollout/struct_refine/draft_reward",
+                "segments/local_token_frac",
+            ],
+            baseline_label="segments only",
+        ),
     ]
 
 
