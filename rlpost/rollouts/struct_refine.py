@@ -90,10 +90,10 @@ class StructRefine(ConditionedRollout):
         return requests
 
     def keep(self, requests: list[Request], cond: Rollouts, ctx: RolloutContext, out: Rollouts) -> list[bool]:
-        sources = [r.source for r in requests]
-        assert all(s is not None for s in sources)  # every request revises a draft
-        after = self.rewards_under_x(ctx, sources, cond.completions)  # type: ignore[arg-type]
-        improved = [_better(a, self._draft[s]) for a, s in zip(after, sources)]  # type: ignore[index]
+        sources = [r.source for r in requests if r.source is not None]
+        assert len(sources) == len(requests)  # every request revises a draft
+        after = self.rewards_under_x(ctx, sources, cond.completions)
+        improved = [_better(a, self._draft[s]) for a, s in zip(after, sources)]
         ctx.log("struct_refine/improved_frac", sum(improved) / len(improved) if improved else 0.0)
         return improved if self.cfg.keep == "improved" else [True] * len(requests)
 
