@@ -1,6 +1,7 @@
 """The one explicit import list that registers every component (import order = nothing depends on it)."""
 
 # advantages
+import rlpost.advantages.dpo  # noqa: F401
 import rlpost.advantages.ed  # noqa: F401
 import rlpost.advantages.gae  # noqa: F401
 import rlpost.advantages.gepo  # noqa: F401

@@ -35,6 +35,7 @@ NEEDS: dict[tuple[str, str], list[str]] = {
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
     ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
     ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
+    ("algorithm/advantage", "dpo"): ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],
     ("data/env", "code_repair"): ["data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["data=booking"],

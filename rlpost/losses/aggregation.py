@@ -2,7 +2,7 @@
 
 A loss (plus regularizers) gives ``per_token_loss`` ``[B, T]``, or ``[B, 1]`` for sequence-level
 losses (GSPO), which is broadcast to ``[B, T]`` before masking. ``mask`` is ``[B, T]`` (1.0 on the
-completion tokens that count). Three modes, each matching one TRL 1.16 ``loss_type`` exactly:
+completion tokens that count). Four modes; the first three match one TRL 1.16 ``loss_type`` each exactly:
 
 - ``token-mean`` (TRL ``dapo``/``cispo``; DAPO, seed 000 #23):
   ``sum(l * m) / token_normalizer``. The trainer passes TRL's normalizer,
@@ -13,6 +13,9 @@ completion tokens that count). Three modes, each matching one TRL 1.16 ``loss_ty
   A sequence with no counted token contributes 0 but still counts in the batch mean (as TRL).
 - ``seq-mean-token-sum-norm`` (TRL ``dr_grpo``; Dr. GRPO, seed 004 #19):
   ``sum(l * m) / (B * max_completion_length) / grad_accum``: a constant normalizer, no length bias.
+- ``seq-mean-token-sum`` (no TRL loss_type; the sequence log-likelihood objective of DPO, used by
+  ``algorithm=ed_idpo``): ``sum(l * m) / B / grad_accum``, the mean over the step's sequences of each
+  sequence's token *sum*.
 
 ``grad_accum`` is the trainer's ``current_gradient_accumulation_steps`` in training and 1 in eval
 (TRL does not accumulate in eval). ``masked_metric_mean`` is TRL's logging mean (``global_masked_mean``
@@ -25,13 +28,14 @@ import torch
 
 from rlpost.errors import ConfigError
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm")
+AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
 
 _DESCRIPTIONS = {
     "token-mean": "sum_{b,t}(l*m) / N_tok, N_tok = completion tokens of the optimizer step per process "
     "(micro-batch losses sum to one token mean over the step; TRL loss_type=dapo)",
     "seq-mean-token-mean": "mean_b[ sum_t(l*m) / max(sum_t m, 1) ] / grad_accum (TRL loss_type=grpo)",
     "seq-mean-token-sum-norm": "sum_{b,t}(l*m) / (B * max_completion_length) / grad_accum (TRL loss_type=dr_grpo)",
+    "seq-mean-token-sum": "sum_{b,t}(l*m) / B / grad_accum (mean over sequences of the token sum; DPO's objective)",
 }
 
 
@@ -67,6 +71,8 @@ def aggregate(
     if mode == "seq-mean-token-mean":
         per_seq = masked.sum(-1) / mask.sum(-1).clamp(min=1.0)  # [B]
         return per_seq.mean() / grad_accum
+    if mode == "seq-mean-token-sum":
+        return masked.sum() / per_token_loss.size(0) / grad_accum
     if max_completion_length is None or max_completion_length < 1:
         raise ValueError(
             f"aggregation 'seq-mean-token-sum-norm' needs max_completion_length >= 1, got {max_completion_length}"

@@ -33,6 +33,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
     ("reward/combine", "decoupled"): ["reward=math_answer_format"],
     ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
+    ("algorithm/advantage", "dpo"): ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
     ("data/env", "calculator"): ["reward=env"],
     ("data/env", "search"): ["reward=env"],
@@ -179,6 +180,11 @@ def test_bundle_x_loss_x_regularizers(bundle, required):
             for key, value in (o.split("=", 1) for o in NEEDS.get(("algorithm/loss", loss), [])):
                 expected[key.removeprefix("algorithm.loss.")] = value  # what NEEDS sets on the loss node
             assert OmegaConf.to_container(cfg.algorithm.loss) == expected, overrides
+            name = cfg.algorithm.loss.name  # clip_higher is the clip loss with another epsilon_high
+            if bundle == "ed_idpo" and name != "clip":  # DPO's weights are its gradient only under clip at ratio 1
+                with pytest.raises(ConfigError, match=f"only through algorithm/loss=clip .*got loss={name}"):
+                    build_run(cfg)
+                continue
             run = build_run(cfg)
             assert type(run.algorithm.loss).registry_name == cfg.algorithm.loss.name
             assert [name for name, _ in run.algorithm.regularizers] == chosen, overrides
@@ -189,17 +195,27 @@ def test_bundle_x_loss_x_regularizers(bundle, required):
 def test_swapping_the_advantage_replaces_its_whole_node(bundle, required):
     for option in group_options("algorithm/advantage"):
         needs = [*required.get(("algorithm", bundle), [])]
-        if option != "gae":  # gae's NEEDS swaps in the ppo bundle; here it must meet every bundle
+        if option not in ("gae", "dpo"):  # their NEEDS swap in their bundle (ppo, ed_idpo); here they meet every bundle
             needs += NEEDS.get(("algorithm/advantage", option), [])
         cfg = compose([f"algorithm={bundle}", f"algorithm/advantage={option}", *needs])
         assert OmegaConf.to_container(cfg.algorithm.advantage) == own_node("advantage", option), (bundle, option)
         if bool(cfg.algorithm.get("critic")) != (option == "gae"):  # GAE reads PPO's critic, which feeds only GAE
             match = "needs a critic" if option == "gae" else "algorithm.critic is set but algorithm/advantage="
+            if bundle == "ed_idpo":  # its reference sync is checked first: only dpo reads the reference there
+                match = "ref_sync_every=5 .* has no reference"
             with pytest.raises(ConfigError, match=match):
                 build_run(cfg)
             continue
         if option == "turn_grpo" and bundle in ("dapo", "regen"):  # overlong soft penalty, replays: no episodes
             with pytest.raises(ConfigError, match=EPISODE_REFUSAL):
+                build_run(cfg)
+            continue
+        reads_reference = option in ("dpo", "hargo")  # hargo's confidence comes from the reference by default
+        if option == "dpo" and bundle != "ed_idpo" or bundle == "ed_idpo" and not reads_reference:
+            # DPO's weights need ed_idpo's loss and aggregation, and ed_idpo's reference sync needs a reference
+            # (its KL is off): a component must read it
+            match = "gives DPO's gradient only through" if option == "dpo" else "ref_sync_every=5 .* has no reference"
+            with pytest.raises(ConfigError, match=match):
                 build_run(cfg)
             continue
         build_run(cfg)

@@ -45,6 +45,7 @@ CONTEXT: dict[str, list[str]] = {
     "algorithm.critic": ["algorithm=ppo"],
     "algorithm.overlong": ["algorithm=dapo"],  # soft_penalty on: cache_len meets max_completion_length
     "algorithm/advantage=gae": ["algorithm=ppo"],  # GAE reads PPO's critic
+    "algorithm/advantage=dpo": ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     "algorithm/advantage=tiar": ["reward=ternary_abstention"],
     "algorithm/advantage=routed": ["reward=math_answer_format"],
     "algorithm/advantage=segments": ["reward=math_answer_format"],

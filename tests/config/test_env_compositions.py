@@ -43,6 +43,7 @@ NEEDS_OTHER_TERMS = {  # options that read reward terms by name: refused naming 
     "algorithm/advantage=tiar": "ternary_abstention",
     "reward/combine=decoupled": "format",
     "algorithm/advantage=gae": "needs a critic",
+    "algorithm/advantage=dpo": "gives DPO's gradient only through algorithm/loss=clip",  # without algorithm=ed_idpo
 }
 SKIPPED = {"algorithm=regen": "needs replay folders: test_regen_with_episodes_is_refused"}
 # OPD's default teacher (Qwen2.5-Coder-0.5B) needs `make qwen`, which a fresh CI machine lacks

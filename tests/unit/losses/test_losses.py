@@ -222,6 +222,9 @@ def test_aggregations_hand_computed():
     # 7 / (B=2 * T_max=3) = 7/6; with T_max 4: 7/8; / GA 2: 7/16
     close(aggregate(L, M, "seq-mean-token-sum-norm", max_completion_length=3), 7 / 6)
     close(aggregate(L, M, "seq-mean-token-sum-norm", max_completion_length=4, grad_accum=2), 7 / 16)
+    # per sequence token sums 3 and 4 -> mean 3.5; / GA 2 -> 1.75
+    close(aggregate(L, M, "seq-mean-token-sum"), 3.5)
+    close(aggregate(L, M, "seq-mean-token-sum", grad_accum=2), 1.75)
 
 
 def test_aggregation_broadcasts_sequence_loss():
@@ -245,6 +248,10 @@ def test_aggregation_micro_batches_sum_to_full_batch():
     full = aggregate(loss, mask, "seq-mean-token-mean", grad_accum=1)
     parts = sum(aggregate(loss[i : i + 2], mask[i : i + 2], "seq-mean-token-mean", grad_accum=2) for i in (0, 2))
     close(parts, float(full))
+    full = aggregate(loss, mask, "seq-mean-token-sum", grad_accum=1)
+    parts = sum(aggregate(loss[i : i + 2], mask[i : i + 2], "seq-mean-token-sum", grad_accum=2) for i in (0, 2))
+    close(parts, float(full))
+    close(full, float((loss * mask).sum() / 4))
 
 
 def test_aggregation_errors_and_describe():
