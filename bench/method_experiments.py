@@ -174,6 +174,15 @@ def pairs(steps: int) -> list[Pair]:
             ],
             baseline_label="segments only",
         ),
+        Pair(
+            "ed_idpo",
+            "ED-iDPO (seed 004 #30): iterative DPO with the exploration term (alpha 0.05) vs plain iterative DPO "
+            "(alpha 0), 5-step rounds",
+            ["recipe=ed_idpo", *batch],
+            ["recipe=ed_idpo", "algorithm.advantage.alpha=0", *batch],
+            ["reward", "entropy", "dpo/loss", "dpo/accuracy", "dpo/pair_frac", "completions/mean_length"],
+            baseline_label="idpo",
+        ),
     ]
 
 
