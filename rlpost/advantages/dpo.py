@@ -44,8 +44,8 @@ Choices where the abstract is silent:
 - ``S`` sums over the tokens the loss trains (``completion_mask`` is the loss mask): an episode's tool
   output is not in it, and a truncated completion under ``algorithm.overlong.filter`` has ``S = 0``
   (it can still be a pair member; only its partner then gets a gradient).
-Logged: ``dpo/pair_frac``, ``dpo/loss`` (mean -log sigmoid(h) over pairs), ``dpo/margin`` (mean h),
-``dpo/accuracy`` (fraction with h > 0), ``dpo/explore_abs_mean``.
+Logged: ``dpo/pair_frac``, ``dpo/explore_abs_mean``, and on steps with a pair ``dpo/loss`` (mean
+-log sigmoid(h) over pairs), ``dpo/margin`` (mean h), ``dpo/accuracy`` (fraction with h > 0).
 """
 
 from __future__ import annotations
@@ -131,13 +131,14 @@ class IterativeDPO(Advantage):
         pairs = h[has_pair]
         metrics = {
             "dpo/pair_frac": float(has_pair.float().mean()),
-            "dpo/loss": float(-F.logsigmoid(pairs).mean()) if pairs.numel() else 0.0,
-            "dpo/margin": float(pairs.mean()) if pairs.numel() else 0.0,
-            "dpo/accuracy": float((pairs > 0).float().mean()) if pairs.numel() else 0.0,
             "dpo/explore_abs_mean": float(explore.mean()),
             "advantage/mean": float(advantages.mean()),
             "advantage/abs_mean": float(advantages.abs().mean()),
         }
+        if pairs.numel():  # a step without pairs has no DPO loss to log (not a loss of 0)
+            metrics["dpo/loss"] = float(-F.logsigmoid(pairs).mean())
+            metrics["dpo/margin"] = float(pairs.mean())
+            metrics["dpo/accuracy"] = float((pairs > 0).float().mean())
         return advantages, metrics
 
     def describe(self) -> str:

@@ -45,6 +45,13 @@ def test_preference_pairs_first_best_and_worst_scorable():
     assert preference_pairs(torch.tensor([nan, 1.0]), 2)[2].tolist() == [False]
 
 
+def test_no_pair_logs_no_dpo_loss():
+    tied = {**B, "rewards": [0.0, 0.0, 1.0, 1.0]}
+    a, m = IterativeDPO(IterativeDPO.Config(beta=0.5, alpha=0.1))(batch(**tied))
+    torch.testing.assert_close(a, torch.tensor([-0.05, -0.1, -0.05, -0.05]))  # exploration only
+    assert m["dpo/pair_frac"] == 0.0 and not {"dpo/loss", "dpo/margin", "dpo/accuracy"} & m.keys()
+
+
 # group 0: r = [1, 0]; S = sum_t m log pi: row 0 = -1 - 1 = -2, row 1 = -2 (second token padded)
 #          S_ref: row 0 = -3, row 1 = -1 -> log-ratios +1 and -1; h = beta * (1 - (-1)) = 0.5 * 2 = 1
 # group 1: r = [0, 0]: no pair, only the exploration term
