@@ -183,6 +183,22 @@ def pairs(steps: int) -> list[Pair]:
             ["reward", "entropy", "dpo/loss", "dpo/accuracy", "dpo/pair_frac", "completions/mean_length"],
             baseline_label="idpo",
         ),
+        Pair(
+            "dynamic_rubric",
+            "DynamicRubric (seed 000 #24): the co-evolving Qwen2.5-Coder-0.5B writer vs the same writer frozen, "
+            "8 steps of 8 completions",
+            ["recipe=dynamic_rubric"],
+            ["recipe=dynamic_rubric", "reward.terms.0.params.co_evolve.enabled=false"],
+            [
+                "dynamic_rubric/writer/gap",
+                "dynamic_rubric/writer_failed",
+                "dynamic_rubric/items",
+                "rewards/dynamic_rubric/std",
+                "dynamic_rubric/writer/updates",
+            ],
+            eval_keys=["eval/math_answer", "eval/dynamic_rubric"],
+            baseline_label="frozen writer",
+        ),
     ]
 
 

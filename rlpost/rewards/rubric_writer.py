@@ -10,7 +10,8 @@ so the writer is its own small generator with two backends:
   ``api_key_env``), temperature ``temperature``, ``timeout_s`` per request, no retries (a failed
   write falls back to the reward's ``default_items``).
 
-``write(prompts [M]) -> texts [M]`` with ``None`` for a prompt whose generation failed.
+``write(prompts [M], prefix) -> texts [M]`` with ``None`` for a prompt whose generation failed; a
+``prefix`` opens the local writer's answer (it is part of the returned text).
 """
 
 from __future__ import annotations
@@ -54,24 +55,24 @@ class RubricWriter:
 
     def __init__(self, cfg: WriterConfig):
         self.cfg = cfg
-        self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
-        self._tokenizer: Any = None
+        self.model: Any = None  # loaded on first use (a transformers model / tokenizer); the co-evolving
+        self.tokenizer: Any = None  # writer (rubric_coevolution.py) wraps the model with its LoRA adapters
         self._lock = threading.Lock()
         if cfg.backend == "openai" and cfg.api_key_env and not os.environ.get(cfg.api_key_env):
             raise ConfigError(f"writer api_key_env={cfg.api_key_env!r}: the environment variable is not set")
 
     def __getstate__(self):  # pickling (TRL's async worker) drops the loaded model and the lock
-        return {**self.__dict__, "_model": None, "_tokenizer": None, "_lock": None}
+        return {**self.__dict__, "model": None, "tokenizer": None, "_lock": None}
 
     def __setstate__(self, state):
         self.__dict__.update(state)
         self._lock = threading.Lock()
 
-    def write(self, prompts: list[str]) -> list[str | None]:
+    def write(self, prompts: list[str], prefix: str = "") -> list[str | None]:
         if self.cfg.backend == "openai":
             return [self._post(p) for p in prompts]
         with self._lock:
-            return self._generate(prompts)
+            return self._generate(prompts, prefix)
 
     def _post(self, prompt: str) -> str | None:
         cfg = self.cfg
@@ -93,29 +94,41 @@ class RubricWriter:
             logger.warning("rubric writer %s failed: %s", url, err)
             return None
 
-    def _generate(self, prompts: list[str]) -> list[str | None]:
+    def load(self) -> tuple[Any, Any]:
+        """The local writer's (model, tokenizer), loaded on first use (left padding, no grad)."""
         import torch
 
         from rlpost.models import load_model, load_tokenizer
 
-        if self._model is None:
+        if self.model is None:
             device = self.cfg.device
             if device == "auto":
                 device = "cuda" if torch.cuda.is_available() else "cpu"
-            self._tokenizer = load_tokenizer(self.cfg.model)
-            self._tokenizer.padding_side = "left"
-            self._model = load_model(self.cfg.model).to(device).eval().requires_grad_(False)
-        tok = self._tokenizer
-        texts = [
+            self.tokenizer = load_tokenizer(self.cfg.model)
+            self.tokenizer.padding_side = "left"
+            self.model = load_model(self.cfg.model).to(device).eval().requires_grad_(False)
+        return self.model, self.tokenizer
+
+    def chat_texts(self, prompts: list[str], prefix: str = "") -> list[str]:
+        """Each prompt as a user turn, the assistant turn opened and started with ``prefix``."""
+        tok = self.load()[1]
+        return [
             tok.apply_chat_template([{"role": "user", "content": p}], tokenize=False, add_generation_prompt=True)
+            + prefix
             for p in prompts
         ]
-        inputs = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(self._model.device)
+
+    def _generate(self, prompts: list[str], prefix: str = "") -> list[str | None]:
+        import torch
+
+        model, tok = self.load()
+        texts = self.chat_texts(prompts, prefix)
+        inputs = tok(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
         with torch.no_grad():
-            ids = self._model.generate(
+            ids = model.generate(
                 **inputs, max_new_tokens=self.cfg.max_new_tokens, do_sample=False, pad_token_id=tok.pad_token_id
             )
-        return tok.batch_decode(ids[:, inputs["input_ids"].size(1) :], skip_special_tokens=True)
+        return [prefix + t for t in tok.batch_decode(ids[:, inputs["input_ids"].size(1) :], skip_special_tokens=True)]
 
 
 def build_writer(node: Any) -> RubricWriter:
