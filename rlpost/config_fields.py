@@ -39,6 +39,7 @@ from rlpost.regularizers.base import REGULARIZERS
 from rlpost.reward_guard import FailurePolicy
 from rlpost.reward_terms import RewardTerm
 from rlpost.rewards.base import REWARDS
+from rlpost.rewards.rubric_coevolution import CoEvolveConfig
 from rlpost.rewards.rubric_writer import WriterConfig
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.safety.config import SafetySettings
@@ -76,6 +77,7 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
 ]
 EXTRA: list[tuple[str, str, type]] = [  # nested nodes a component builds from a dict: (prefix, choice, dataclass)
     ("reward.terms[i].params.writer", "reward.terms[i].name=dynamic_rubric", WriterConfig),
+    ("reward.terms[i].params.co_evolve", "reward.terms[i].name=dynamic_rubric", CoEvolveConfig),
 ]
 
 

@@ -83,7 +83,7 @@ def mean_over_rubrics(rubric_scores: list[list[float | None] | None], size: int)
     """[K] rubrics' candidate scores -> [G]: each candidate's mean over the rubrics that scored it."""
     out: list[float | None] = []
     for i in range(size):
-        values = [s[i] for s in rubric_scores if s is not None and s[i] is not None]
+        values = [v for v in (s[i] for s in rubric_scores if s is not None) if v is not None]
         out.append(sum(values) / len(values) if values else None)
     return out
 

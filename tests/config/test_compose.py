@@ -27,6 +27,7 @@ CUDA_OPTIONS = {("hardware", "gpu")}  # need a GPU: ConfigError on a CPU-only ma
 CUDA_OPTIONS |= {
     ("hardware", n) for n in ("zero2", "zero3", "zero3-offload", "multi-node", "vllm-colocate", "vllm-server")
 }
+OFFLINE_WRITER = "reward.terms.0.params.writer.model.source=smollm2"
 NEEDS = {  # options that name reward terms the default reward (math_answer) lacks: the reward they are made for
     ("algorithm/advantage", "tiar"): ["reward=ternary_abstention"],
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
@@ -50,6 +51,9 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     # OPD's default teacher is Qwen2.5-Coder-0.5B (make qwen), which a fresh CI machine does not have
     ("algorithm", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
     ("algorithm/loss", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],
+    # DynamicRubric's default writer is Qwen2.5-Coder-0.5B too
+    ("reward", "dynamic_rubric"): [OFFLINE_WRITER],
+    ("recipe", "dynamic_rubric"): [OFFLINE_WRITER],
 }
 EPISODE_REFUSAL = "data/env=calculator cannot be combined with"  # what episodes refuse (rlpost/envs/base.py)
 

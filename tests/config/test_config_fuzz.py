@@ -52,6 +52,7 @@ CONTEXT: dict[str, list[str]] = {
     "reward/combine=decoupled": ["reward=math_answer_format"],
     "algorithm/loss=opd": ["algorithm.loss.teacher_model=smollm2-135m"],  # the default teacher needs `make qwen`
     "reward.terms[i].name=reward_model": ["reward.terms.0.params.path={rm}"],
+    "reward.terms[i].name=dynamic_rubric": ["reward.terms.0.params.writer.model.source=smollm2"],  # Qwen: make qwen
     "reward.terms[i].name=pared": [
         "reward.terms.0.params.demo_column=null",
         "reward.terms.0.params.demos_path={demos}",

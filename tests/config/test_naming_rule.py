@@ -103,6 +103,7 @@ HELPERS: dict[str, str] = {
     "rewards/human_eval.py": "HumanEval rows and checks (data.source=human_eval, code_exec)",
     "rewards/preference.py": "order-swapped pairwise judging for pairwise_preference and rank_judge",
     "rewards/rubric_writer.py": "the rubric-writing model of dynamic_rubric",
+    "rewards/rubric_coevolution.py": "the co-evolving writer's training of dynamic_rubric",
     "rewards/sandbox.py": "the bubblewrap / subprocess sandbox of code_exec",
     "combine/grouped.py": "group-centred advantages and term lookup shared by combiners, advantages and AIR",
     "rollouts/conditioned.py": "ConditionedRollout, the base of the conditioned-rollout strategies",

@@ -163,6 +163,12 @@ def test_parse_items():
     # prose is not an item (SmolLM2-135M's typical reply); a bullet without weight is (weight 1)
     assert parse_items("The answer is 1.\nThe response is one sentence long.", 4) == []
     assert parse_items("* The response is one sentence long", 4) == [(1.0, "The response is one sentence long")]
+    # the template's trailing importance: the first [w] is the weight; a leading weight wins over it
+    written = "1. Does the response state 37 + 48 = 85? [3] essential\n2. 2 | Does the response show its work? [1]"
+    assert parse_items(written, 4) == [
+        (3.0, "Does the response state 37 + 48 = 85?"),
+        (2.0, "Does the response show its work?"),
+    ]
 
 
 def test_dynamic_rubric_by_hand(server, writer_server):  # noqa: F811
@@ -178,13 +184,28 @@ def test_dynamic_rubric_by_hand(server, writer_server):  # noqa: F811
     assert "Response 1: paris please" in seen[-1] and "Response 3: london" in seen[-1]
 
 
-def test_dynamic_rubric_writer_down_uses_default_items(server):  # noqa: F811
+def dead_endpoint() -> str:
     import socket
 
     with socket.socket() as s:  # a port nobody listens on
         s.bind(("127.0.0.1", 0))
-        dead = f"http://127.0.0.1:{s.getsockname()[1]}/v1"
-    reward = dynamic(server, dead, default_items=["The response says hello"])
+        return f"http://127.0.0.1:{s.getsockname()[1]}/v1"
+
+
+def test_dynamic_rubric_writer_down_leaves_the_group_unscored(server, caplog):  # noqa: F811
+    """No silent fallback: a rubric with no item scores nothing, is logged, and warns once."""
+    reward = dynamic(server, dead_endpoint())
+    with caplog.at_level("WARNING", logger="rlpost.rewards.dynamic_rubric"):
+        out, logged = score(reward, ["hello there", "bye"], g=2)
+        score(reward, ["hello there", "bye"], g=2)
+    assert out == [None, None] and logged["dynamic_rubric/writer_failed"] == 1.0
+    assert logged["dynamic_rubric/writer_fallback"] == 0.0 and logged["dynamic_rubric/items"] == 0.0
+    unscored = [r.message for r in caplog.records if r.name == "rlpost.rewards.dynamic_rubric"]
+    assert len(unscored) == 1 and "wrote no parseable item" in unscored[0]  # two failed groups, one warning
+
+
+def test_dynamic_rubric_writer_down_uses_fallback_items_when_asked(server):  # noqa: F811
+    reward = dynamic(server, dead_endpoint(), fallback_items=["The response says hello"])
     out, logged = score(reward, ["hello there", "bye"], g=2)
     assert out == [1.0, 0.0] and logged["dynamic_rubric/writer_fallback"] == 1.0
     with pytest.raises(ConfigError, match=r"params.judge_template: must contain \{item\}"):
@@ -192,14 +213,24 @@ def test_dynamic_rubric_writer_down_uses_default_items(server):  # noqa: F811
 
 
 @pytest.mark.slow
-def test_dynamic_rubric_conf_with_local_smollm2():
+def test_dynamic_rubric_conf_with_a_local_writer_co_evolves():
+    """conf/reward/dynamic_rubric.yaml with SmolLM2 as the writer (the Qwen default needs `make qwen`): on a
+    training batch it samples 2 rubrics, the answer prefix makes them parse, and the writer's adapters take a
+    step when the rubrics' gaps differ."""
     import yaml
 
     node = yaml.safe_load((CONF / "dynamic_rubric.yaml").read_text())
+    params = node["terms"][0]["params"]
+    params["writer"]["model"]["source"] = "smollm2"
+    params["writer"]["max_new_tokens"] = 24
     (reward,), _, _ = build_reward_terms(node["terms"])
-    reward.group_size = 2
-    prompt = [{"role": "user", "content": "What is the capital of France?"}]
+    reward.group_size, reward.learning = 2, True
+    prompt = [{"role": "user", "content": "What is 2 + 3?"}]
     logged = {}
-    out = reward([prompt] * 2, ["Paris.", "I don't know."], log_metric=lambda k, v: logged.__setitem__(k, v))
-    assert all(r is not None and 0.0 <= r <= 1.0 for r in out)
-    assert logged["dynamic_rubric/items"] >= 1  # SmolLM2-135M writes no usable items: default_items (2)
+    out = reward(
+        [prompt] * 2, ["2 + 3 = 5.", "It is 7."], answer=["5", "5"], log_metric=lambda k, v: logged.__setitem__(k, v)
+    )
+    assert all(r is None or 0.0 <= r <= 1.0 for r in out)
+    assert logged["dynamic_rubric/writer_failed"] < 1.0 and logged["dynamic_rubric/items"] >= 1
+    assert logged["dynamic_rubric/writer/signal_frac"] in (0.0, 1.0)
+    assert reward.learner is not None and reward.learner.updates == logged["dynamic_rubric/writer/updates"]
