@@ -21,6 +21,7 @@ commands:
   eval    accuracy, reward, pass@k, length on held-out data: rlpost eval run=<run dir> | model=... [samples=8]
   plot    PNG curves of runs or sweeps: rlpost plot runs=[<run or multirun dir>,...] keys=[reward,loss] smooth=5
   sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
+  compare  methods across seeds: mean, IQM, bootstrap 95% CI, paired tests, curves: rlpost compare runs=[...] | dir=...
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
   report  a self-contained HTML page of a run or a sweep: rlpost report path=<run or multirun dir> [out=FILE]
   serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "eval": "eval",
     "plot": "plot",
     "sweep-summary": "sweep_summary",
+    "compare": "compare",
     "diagnose": "diagnose",
     "report": "report",
     "serve": "serve",  # scale-out

@@ -46,10 +46,13 @@ def evaluate(
     group_by: str | None = None,
     show_progress: bool = True,
     env: Environment | None = None,
+    items: list[dict[str, Any]] | None = None,
 ) -> dict[str, float]:
     """Accuracy (first reward term), per-term means, weighted reward and mean completion length; with ``env``
     each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote, and the
-    environment's counts are reported per episode (``eval/env/*``)."""
+    environment's counts are reported per episode (``eval/env/*``). ``items``, when given, receives one row
+    per held-out prompt, ``{"index", "score", "reward"}`` (the first term's score and the combined reward,
+    None when unscorable): what ``rlpost compare`` pairs item by item."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
@@ -81,7 +84,12 @@ def evaluate(
         scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
     result = {f"eval/{name}": torch.nanmean(scores[:, j]).item() for j, name in enumerate(reward_names)}
     result["eval/accuracy"] = result[f"eval/{reward_names[0]}"]
-    result["eval/reward"] = torch.nanmean(combine(scores, 1)[0]).item()  # the training reward, one sample each
+    rewards = combine(scores, 1)[0]  # [N] the training reward, one sample each
+    result["eval/reward"] = torch.nanmean(rewards).item()
+    if items is not None:
+        items.extend(
+            {"index": i, "score": _number(scores[i, 0]), "reward": _number(rewards[i])} for i in range(len(rows))
+        )
     result["eval/mean_length"] = sum(lengths) / max(len(lengths), 1)
     result["eval/num_prompts"] = len(rows)
     if group_by is not None:
@@ -89,6 +97,11 @@ def evaluate(
     if env is not None:
         result.update(episode_eval_metrics(episodes))
     return result
+
+
+def _number(x: torch.Tensor) -> float | None:
+    value = float(x)
+    return None if math.isnan(value) else value
 
 
 def episode_eval_metrics(episodes: list[EpisodeResult]) -> dict[str, float]:

@@ -1,6 +1,7 @@
 """A run directory (DESIGN.md): resolved config, metrics.jsonl, samples.jsonl, checkpoints, plots, summary.
 
     <run>/config.yaml  overrides.yaml  metrics.jsonl  samples.jsonl  events.jsonl  checkpoints/  plots/*.png  summary.json
+          eval_before.json  eval_items_before.json  eval_items.json  (per held-out prompt: index, score, reward)
 
 Files are appended line by line (jsonl) or written to a temp file and renamed, so a crash never
 leaves a half-written summary or config. With several processes the main one alone writes them
@@ -25,8 +26,17 @@ from omegaconf import OmegaConf
 from rlpost.errors import RunStopped
 from rlpost.ranks import is_main
 
+EVAL_ITEMS_BEFORE, EVAL_ITEMS = "eval_items_before.json", "eval_items.json"  # the held-out prompts one by one
 # what one attempt at a run logs; a fresh start clears an earlier attempt's (``clear_attempt``)
-ATTEMPT_FILES = ("metrics.jsonl", "samples.jsonl", "events.jsonl", "summary.json", "eval_before.json")
+ATTEMPT_FILES = (
+    "metrics.jsonl",
+    "samples.jsonl",
+    "events.jsonl",
+    "summary.json",
+    "eval_before.json",
+    EVAL_ITEMS_BEFORE,
+    EVAL_ITEMS,
+)
 ATTEMPT_FOLDERS = ("plots", "rollouts", "tensorboard")
 
 

@@ -28,7 +28,7 @@ from rlpost.ranks import is_main, on_main, write_folder
 from rlpost.replay import ReplayWriter
 from rlpost.reward_guard import guard_rewards
 from rlpost.run import BuiltRun
-from rlpost.rundir import RunDirectory
+from rlpost.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
 from rlpost.secrets import install_log_redaction
 
 
@@ -112,7 +112,9 @@ def train(
         last_log=trainer.state.log_history[-1] if trainer.state.log_history else {},
     )
     if run.settings.eval.at_end:
-        summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set)
+        items: list[dict] = []
+        summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set, items)
+        rundir.write_json(EVAL_ITEMS, items)  # per held-out prompt, for paired tests (rlpost compare)
         rundir.append_metrics({"step": trainer.state.global_step, **summary["after"]})
     if run.settings.logging.plots:
         plot = plot_curves({rundir.path.name: rundir.read_metrics()}, rundir.plots / "training.png")
@@ -130,14 +132,14 @@ def _check_eval_columns(run: BuiltRun, eval_set) -> None:
         )
 
 
-def _evaluate(run: BuiltRun, model, tokenizer, eval_set) -> dict[str, float]:
+def _evaluate(run: BuiltRun, model, tokenizer, eval_set, items: list[dict] | None = None) -> dict[str, float]:
     settings = run.settings
     # scale-out: ZeRO-3 shards gathered for generate; held-out scores never move a combine's training state
     with gathered_parameters(run.hardware, model), run.reward.held_out():
-        return _evaluate_gathered(run, model, tokenizer, eval_set, settings)
+        return _evaluate_gathered(run, model, tokenizer, eval_set, settings, items)
 
 
-def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> dict[str, float]:
+def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings, items) -> dict[str, float]:
     return evaluate(
         model,
         tokenizer,
@@ -153,6 +155,7 @@ def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings) -> d
         group_by=settings.eval.group_by,
         show_progress=settings.logging.progress,
         env=run.env,  # data/env: each held-out prompt is one episode
+        items=items,
     )
 
 
@@ -195,7 +198,9 @@ def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, eval
     stored = rundir.path / "eval_before.json"
     if resumed and stored.is_file():
         return json.loads(stored.read_text())
-    result = _evaluate(run, model, tokenizer, eval_set)
+    items: list[dict] = []
+    result = _evaluate(run, model, tokenizer, eval_set, items)
+    rundir.write_json(EVAL_ITEMS_BEFORE, items)
     rundir.write_json(stored.name, result)
     return result
 

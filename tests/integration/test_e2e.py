@@ -93,3 +93,28 @@ def test_multirun_two_jobs_and_sweep_summary(tmp_path):
     assert algorithms == ["grpo", "dr_grpo"]
     table = (sweep / "sweep_summary.md").read_text()
     assert "algorithm=grpo" in table and "algorithm=dr_grpo" in table
+
+
+def test_seed_sweep_compared_with_paired_items(tmp_path):
+    """`rlpost train -m algorithm=grpo,dr_grpo seed=0,1` then `rlpost compare dir=...`: every run writes its
+    held-out prompts one by one (eval_items.json, their mean is eval/accuracy), and compare pairs them."""
+    sweep = tmp_path / "sweep"
+    overrides = ["model=tiny-random", "train.steps=2", "train.max_completion_length=8", "data.train_size=16"]
+    overrides += ["data.eval_size=4", "eval.size=4", "logging.progress=false", "logging.tensorboard=false"]
+    rlpost(["train", "-m", "algorithm=grpo,dr_grpo", "seed=0,1", *overrides, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
+    jobs = sorted(p.parent for p in sweep.glob("*/summary.json"))
+    assert len(jobs) == 4
+    for job in jobs:
+        items = json.loads((job / "eval_items.json").read_text())
+        after = json.loads((job / "summary.json").read_text())["after"]
+        assert [i["index"] for i in items] == [0, 1, 2, 3]
+        scores = [i["score"] for i in items if i["score"] is not None]
+        assert sum(scores) / len(scores) == pytest.approx(after["eval/accuracy"])
+        assert len(json.loads((job / "eval_items_before.json").read_text())) == 4
+    rlpost(["compare", f"dir={sweep}"], cwd=tmp_path)
+    table = (sweep / "compare.md").read_text()
+    assert "| algorithm=grpo | 2 |" in table and "| algorithm=dr_grpo | 2 |" in table
+    (paired,) = [line for line in table.splitlines() if line.startswith("| algorithm=grpo | algorithm=dr_grpo |")]
+    a_better, b_better, ties = (int(c) for c in paired.split("|")[3:6])
+    assert a_better + b_better + ties == 8  # 2 paired seeds x 4 prompts
+    assert (sweep / "compare.tex").is_file() and (sweep / "compare.png").stat().st_size > 0
