@@ -38,6 +38,7 @@ class Pair:
     metrics: list[str]
     eval_keys: list[str] = field(default_factory=lambda: ["eval/accuracy"])
     baseline_label: str = "grpo"
+    extra: dict[str, list[str]] = field(default_factory=dict)  # more runs of the table: {label: overrides}
 
 
 def pairs(steps: int) -> list[Pair]:
@@ -198,6 +199,16 @@ def pairs(steps: int) -> list[Pair]:
             ],
             eval_keys=["eval/math_answer", "eval/dynamic_rubric"],
             baseline_label="frozen writer",
+            extra={
+                "SmolLM2 writer, frozen, static fallback (previous)": [
+                    "recipe=dynamic_rubric",
+                    "reward.terms.0.params.writer.model.source=smollm2",
+                    "reward.terms.0.params.co_evolve.enabled=false",
+                    "+reward.terms.0.params.writer_prefix=''",
+                    "+reward.terms.0.params.fallback_items=['The response answers the task correctly',"
+                    "'The response is clear and concise']",
+                ]
+            },
         ),
     ]
 
@@ -258,6 +269,8 @@ def main() -> None:
             pair.name: run(f"{pair.name}-{args.steps}", pair.method),
             pair.baseline_label: run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
         }
+        for k, (label, overrides) in enumerate(pair.extra.items()):
+            runs[label] = run(f"{pair.name}-extra{k}-{args.steps}", overrides)
         report.append(table(pair, runs))
         plot = plot_curves(
             {label: read_metrics(path) for label, path in runs.items()},
