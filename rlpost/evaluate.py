@@ -8,7 +8,8 @@ e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports pass@k with the unbiased
 estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
-averaged over prompts, plus the within-group reward spread that GRPO's advantages feed on
+averaged over prompts, avg@n (the mean share of correct samples), maj@k (majority vote over the
+extracted answers of the first k samples), plus the within-group reward spread that GRPO's advantages feed on
 (``rlpost diagnose``, seed 004 #13). A sample is correct when its first reward term is at least
 ``threshold``; an unscorable sample (None/NaN) counts as incorrect for pass@k and is skipped in means.
 """
@@ -24,6 +25,7 @@ from rich.progress import Progress
 
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+from rlpost.rewards.group import extract_answer
 
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
 Combine = Callable[[torch.Tensor, int], tuple[torch.Tensor, dict[str, float]]]
@@ -166,26 +168,53 @@ def pass_at_k(n: int, c: int, k: int) -> float:
     return 1.0 - math.comb(n - c, k) / math.comb(n, k)
 
 
+def majority_correct(answers: list[str | None], correct: list[bool]) -> bool:
+    """One prompt's samples: the most frequent extracted answer (None: no answer, no vote; ties: the answer
+    seen first) is right when the first sample giving it is correct. No answer at all: wrong."""
+    counts: dict[str, int] = {}
+    for a in answers:
+        if a is not None:
+            counts[a] = counts.get(a, 0) + 1
+    if not counts:
+        return False
+    top = max(counts.values())
+    winner = next(a for a in answers if a is not None and counts[a] == top)
+    return correct[answers.index(winner)]
+
+
 def sample_metrics(
-    scores: torch.Tensor, combine: Combine, lengths: torch.Tensor, ks: list[int], threshold: float, prefix: str
+    scores: torch.Tensor,
+    combine: Combine,
+    lengths: torch.Tensor,
+    ks: list[int],
+    threshold: float,
+    prefix: str,
+    answers: list[list[str | None]] | None = None,
 ) -> dict[str, float]:
     """Metrics of ``n`` samples per prompt: scores ``[P, n, R]`` (NaN = unscorable), lengths ``[P, n]``.
 
-    accuracy: mean first term; pass@k per k <= n (and k = n); reward: mean of the combined reward
-    (``combine`` over each prompt's group of n); reward_std: mean over prompts of the population std
-    of the reward within the group;
-    signal_fraction: prompts whose group rewards are not all equal (GRPO gets a non-zero advantage);
-    headroom: pass@n - pass@1; mean_length in tokens.
+    accuracy: mean first term; avg@n: mean over prompts of the share of correct samples (first term >=
+    ``threshold``); pass@k per k <= n (and k = n); with ``answers`` ``[P][n]`` (each sample's extracted
+    final answer), maj@k per k <= n: the majority answer of the first k samples is correct
+    (``majority_correct``; one draw of k, not an average over subsets); reward: mean of the combined
+    reward (``combine`` over each prompt's group of n); reward_std: mean over prompts of the population
+    std of the reward within the group; signal_fraction: prompts whose group rewards are not all equal
+    (GRPO gets a non-zero advantage); headroom: pass@n - pass@1; mean_length in tokens.
     """
     n = scores.size(1)
-    correct = (scores[..., 0] >= threshold).sum(dim=1).tolist()  # NaN >= t is False: unscorable = wrong
+    right = scores[..., 0] >= threshold  # [P, n]; NaN >= t is False: unscorable = wrong
+    correct = right.sum(dim=1).tolist()
     reward = combine(scores.reshape(-1, scores.size(2)), n)[0].view(scores.size(0), n)  # [P, n]
     spread = torch.stack(
         [r[~torch.isnan(r)].std(unbiased=False) if (~torch.isnan(r)).sum() > 1 else r.new_zeros(()) for r in reward]
     )
     out = {f"{prefix}/accuracy": torch.nanmean(scores[..., 0]).item(), f"{prefix}/samples_per_prompt": n}
+    out[f"{prefix}/avg@{n}"] = sum(correct) / (n * len(correct))
     for k in sorted({*(k for k in ks if k <= n), n}):
         out[f"{prefix}/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(correct)
+        if answers is not None:
+            votes = [majority_correct(a[:k], r[:k]) for a, r in zip(answers, right.tolist())]
+            out[f"{prefix}/maj@{k}"] = sum(votes) / len(votes)
     out[f"{prefix}/headroom"] = out[f"{prefix}/pass@{n}"] - out[f"{prefix}/pass@1"]
     out[f"{prefix}/reward"] = torch.nanmean(reward).item()
     out[f"{prefix}/reward_std"] = spread.mean().item()
@@ -226,8 +255,11 @@ def evaluate_sampled(
     size: int | None = None,
     prefix: str = "sampled",
     show_progress: bool = True,
+    majority_answer: str | None = "last_number",
 ) -> dict[str, float]:
-    """Sample ``n`` completions per prompt (``batch_size`` completions per generate call) -> ``sample_metrics``."""
+    """Sample ``n`` completions per prompt (``batch_size`` completions per generate call) -> ``sample_metrics``;
+    ``majority_answer`` (last_number | boxed | text, rlpost/rewards/group.py; None: no maj@k) extracts the
+    answer each sample votes for."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
@@ -245,7 +277,12 @@ def evaluate_sampled(
             progress.advance(task, len(chunk))
     model.train(was_training)
     scores = score(rows, completions, n, reward_funcs).view(len(rows), n, len(reward_funcs))
-    return sample_metrics(scores, combine, torch.tensor(lengths).view(len(rows), n), ks, threshold, prefix)
+    answers = None
+    if majority_answer is not None:  # each sample's final answer, for maj@k
+        flat = [extract_answer(c, majority_answer) for c in completions]
+        answers = [flat[p * n : (p + 1) * n] for p in range(len(rows))]
+    lengths_t = torch.tensor(lengths).view(len(rows), n)
+    return sample_metrics(scores, combine, lengths_t, ks, threshold, prefix, answers)
 
 
 def _generate(

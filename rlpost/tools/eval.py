@@ -34,6 +34,7 @@ class EvalCommand(PolicySettings):
     greedy: bool = True
     samples: int = 0
     pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])
+    majority_answer: str | None = "last_number"  # what a sample votes for in maj@k (null: no maj@k)
     group_by: str | None = None
 
 
@@ -43,6 +44,12 @@ def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
         raise ConfigError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n> (e.g. 8).")
     if s.samples < 0 or any(k < 1 for k in s.pass_k):
         raise ConfigError(f"samples={s.samples} and pass_k={list(s.pass_k)} must be >= 0 and >= 1.")
+    from rlpost.rewards.group import ANSWER_CHOICES
+
+    if s.majority_answer is not None and s.majority_answer not in ANSWER_CHOICES:
+        raise ConfigError(
+            f"Invalid majority_answer={s.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
+        )
     if s.group_by is not None and s.group_by not in dataset.column_names:
         raise ConfigError(
             f"group_by={s.group_by!r} is not a column of the {s.split} split; its columns are: "
@@ -94,6 +101,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 batch_size=s.batch_size,
                 size=s.size,
                 show_progress=s.progress,
+                majority_answer=s.majority_answer,
             )
         )
     return results

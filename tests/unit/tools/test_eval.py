@@ -12,7 +12,7 @@ import torch
 from paths import SUPPORT
 
 from rlpost import cli
-from rlpost.evaluate import pass_at_k, sample_metrics, score
+from rlpost.evaluate import majority_correct, pass_at_k, sample_metrics, score
 from rlpost.reward_terms import build_reward_terms
 
 from trainer_utils import TINY, weighted_sum
@@ -48,6 +48,22 @@ def test_sample_metrics_by_hand():
     assert m["s/reward_std"] == pytest.approx((math.sqrt(0.1875) + 0.5) / 4)
     assert m["s/signal_fraction"] == 0.5
     assert m["s/mean_length"] == 5.0 and m["s/num_prompts"] == 4
+
+
+def test_majority_vote_and_avg_at_n_by_hand():
+    # majority_correct: the most frequent answer wins, ties go to the answer seen first, None does not vote
+    assert majority_correct(["5", "6", "5"], [True, False, True]) is True
+    assert majority_correct(["6", "5", "6", None, None], [False, True, False, False, False]) is False
+    assert majority_correct(["6", "5"], [False, True]) is False  # a tie: "6" came first
+    assert majority_correct([None, "5"], [False, True]) is True and majority_correct([None], [True]) is False
+    # 2 prompts, n = 3; prompt 0 answers 5 (right), 7, 5 (right); prompt 1: 8 (right), 9, 9
+    first = torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
+    answers = [["5", "7", "5"], ["8", "9", "9"]]
+    m = sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1, 2], 1.0, "s", answers)
+    assert m["s/avg@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)  # 0.5
+    # maj@1 = first sample right: 1, 1; maj@2: tie 5/7 -> 5 (right), tie 8/9 -> 8 (right); maj@3: 5 right, 9 wrong
+    assert (m["s/maj@1"], m["s/maj@2"], m["s/maj@3"]) == (1.0, 1.0, 0.5)
+    assert "s/maj@1" not in sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1], 1.0, "s")
 
 
 def test_unscorable_samples_are_wrong_for_pass_at_k_and_skipped_in_means():
