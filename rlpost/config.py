@@ -54,6 +54,7 @@ class EvalSettings:
     greedy: bool = True
     group_by: str | None = None
     objective: str = "eval/accuracy"  # what a train job returns (hydra/sweeper=search maximizes or minimizes it)
+    objective_mode: Literal["max", "min"] = "max"  # checkpoints/best keeps the highest (max) or lowest (min) objective
 
 
 @dataclass(frozen=True)

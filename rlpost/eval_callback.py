@@ -18,10 +18,17 @@ from transformers import Trainer, TrainerCallback
 
 
 class PeriodicEvalCallback(TrainerCallback):
-    def __init__(self, every: int, evaluate: Callable[[Any], dict[str, float]], skip_last: bool):
+    def __init__(
+        self,
+        every: int,
+        evaluate: Callable[[Any], dict[str, float]],
+        skip_last: bool,
+        on_result: Callable[[int, dict[str, float]], Any] | None = None,
+    ):
         self.every = every
         self.evaluate = evaluate  # model -> {"eval/accuracy": ..., ...}
         self.skip_last = skip_last
+        self.on_result = on_result  # (step, metrics) after logging: checkpoints/best (rlpost/best_checkpoint.py)
         self.trainer: Trainer | None = None
 
     def attach(self, trainer: Trainer) -> PeriodicEvalCallback:
@@ -37,4 +44,6 @@ class PeriodicEvalCallback(TrainerCallback):
         Trainer.log(self.trainer, {k: float(v) for k, v in metrics.items()})
         control.should_log = should_log
         self.trainer.control = control
+        if self.on_result is not None:
+            self.on_result(step, metrics)
         return control

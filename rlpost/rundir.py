@@ -37,7 +37,7 @@ ATTEMPT_FILES = (
     EVAL_ITEMS_BEFORE,
     EVAL_ITEMS,
 )
-ATTEMPT_FOLDERS = ("plots", "rollouts", "tensorboard")
+ATTEMPT_FOLDERS = ("plots", "rollouts", "tensorboard", "checkpoints/best")
 
 
 class RunDirectory:

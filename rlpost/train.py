@@ -13,6 +13,7 @@ from transformers import PrinterCallback
 from trl import GRPOConfig
 
 from rlpost.algorithms import trainer_class
+from rlpost.best_checkpoint import BestCheckpoint
 from rlpost.build import build_run
 from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
 from rlpost.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_stale_staging, skipped_checkpoints
@@ -69,9 +70,17 @@ def train(
     if run.settings.logging.progress:
         callbacks.append(RichProgressCallback())
     periodic = None
+    best = BestCheckpoint(rundir.checkpoints, run.settings.eval.objective, run.settings.eval.objective_mode)
+
+    def keep_if_best(step: int, metrics: dict) -> None:  # every rank: the save is collective
+        best.consider(step, metrics, lambda staging: trainer.save_model(str(staging)))
+
     if run.settings.eval.every:  # held-out eval every N steps, logged at that step
         periodic = PeriodicEvalCallback(
-            run.settings.eval.every, lambda m: _evaluate(run, m, tokenizer, eval_set), run.settings.eval.at_end
+            run.settings.eval.every,
+            lambda m: _evaluate(run, m, tokenizer, eval_set),
+            run.settings.eval.at_end,
+            on_result=keep_if_best,
         )
         callbacks.append(periodic)
     trainer = trainer_class(run)(  # RLPostTrainer, PPOTrainer (a critic) or RegenTrainer (replays)
@@ -116,6 +125,8 @@ def train(
         summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set, items)
         rundir.write_json(EVAL_ITEMS, items)  # per held-out prompt, for paired tests (rlpost compare)
         rundir.append_metrics({"step": trainer.state.global_step, **summary["after"]})
+        keep_if_best(trainer.state.global_step, summary["after"])
+    summary["best"] = best.summary()  # None: no held-out evaluation of the trained policy logged the objective
     if run.settings.logging.plots:
         plot = plot_curves({rundir.path.name: rundir.read_metrics()}, rundir.plots / "training.png")
         summary["plot"] = str(plot) if plot else None
