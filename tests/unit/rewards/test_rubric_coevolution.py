@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from types import SimpleNamespace
 
 import pytest
@@ -44,8 +45,8 @@ def test_writer_rewards_and_the_policy_reward_by_hand():
     assert mean_over_rubrics([None, None], 2) == [None, None]
 
 
-def learner(lr: float = 5e-2, k: int = 2) -> WriterLearner:
-    model = {**TINY, "lora": {"enabled": True, "r": 4}}
+def learner(lr: float = 5e-2, k: int = 2, r: int = 4) -> WriterLearner:
+    model = {**TINY, "lora": {"enabled": True, "r": r}}
     writer = build_writer({"model": model, "max_new_tokens": 10, "device": "cpu"})
     return WriterLearner(writer, CoEvolveConfig(rubrics_per_group=k, learning_rate=lr))
 
@@ -142,3 +143,33 @@ def test_refused_before_any_model_loads():
                 ]
             )
         )
+
+
+def test_a_run_trains_the_writer_and_checkpoints_it(tmp_path):
+    """`rlpost train reward=dynamic_rubric` on the tiny model with a tiny co-evolving writer: each checkpoint
+    carries the writer's adapters, optimizer and update count, loadable the way resume loads them."""
+    from support_runs import TINY_CLI, run_cli
+
+    from rlpost.state import STATE_FILE
+
+    p = "reward.terms.0.params"
+    run_dir = tmp_path / "run"
+    overrides = [o for o in TINY_CLI if not o.startswith("train.steps")]
+    overrides += ["reward=dynamic_rubric", "train.steps=2", "train.save_steps=1", f"hydra.run.dir={run_dir}"]
+    overrides += [f"{p}.writer.model.source=tiny_random", f"{p}.judge.model.source=tiny_random"]
+    overrides += [f"{p}.writer.max_new_tokens=8", f"{p}.co_evolve.reference.name=callable"]
+    overrides += [f"+{p}.co_evolve.reference.params.path=support_rewards:text_hash_reward"]
+    run_cli(["train", *overrides], tmp_path)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    steps = [r for r in rows if "loss" in r]
+    assert [r["dynamic_rubric/writer_failed"] for r in steps] == [0.0, 0.0]
+    updates = steps[-1]["dynamic_rubric/writer/updates"]
+    state = torch.load(run_dir / "checkpoints" / "checkpoint-2" / STATE_FILE, weights_only=True)
+    writer = state["reward.terms.dynamic_rubric"]
+    assert writer["updates"] == updates and writer["weights"] and "state" in writer["optimizer"]
+    restored = learner(r=16)  # the yaml's adapter rank
+    restored.load_state_dict(writer)
+    restored.sample(REQUEST, PREFIX)  # loads the writer and applies the saved adapters and optimizer
+    assert restored.updates == updates
+    for name, value in restored.trainable():
+        torch.testing.assert_close(value.detach(), writer["weights"][name])
