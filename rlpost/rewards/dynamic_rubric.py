@@ -202,7 +202,7 @@ class DynamicRubric(GroupReward):
         )
         before = dict(self.judge.stats)
         written = [parse_items(text, cfg.max_items) for text in self.rubrics(request)]
-        failed = sum(not items for items in written) / len(written)
+        sampled, failed = len(written), sum(not items for items in written) / len(written)
         fallback = cfg.fallback_items is not None and failed == 1.0
         if fallback:
             written = [[(1.0, check) for check in cfg.fallback_items or []]]
@@ -220,12 +220,17 @@ class DynamicRubric(GroupReward):
             "writer_failed": failed,
             "writer_fallback": float(fallback),
         }
-        if self.reference is not None and self.learning and not fallback:  # training batches only
-            reference = list(self.reference(prompts, completions, **rows))
-            if self.learner is not None:
-                self.pending.append(writer_rewards(per_rubric, reference, self.co_evolve.unparsed_reward))
+        if self.reference is not None and self.learning:  # training batches only
+            unparsed = self.co_evolve.unparsed_reward
+            reference = [] if fallback else list(self.reference(prompts, completions, **rows))
+            if self.learner is not None:  # one row per sampled group; a fallback group's rubrics all had no item
+                self.pending.append(
+                    [unparsed] * sampled if fallback else writer_rewards(per_rubric, reference, unparsed)
+                )
             gaps = [g for g in (signed_gap(s, reference) for s in per_rubric if s is not None) if g is not None]
-            if gaps:  # the evaluator's quality: how far its scores separate candidates the reference orders
+            if (
+                gaps and not fallback
+            ):  # the evaluator's quality: how far its scores separate candidates the reference orders
                 metrics["writer/gap"] = sum(gaps) / len(gaps)
         metrics.update({f"judge_{key}": float(self.judge.stats[key] - before[key]) for key in before})
         return mean_over_rubrics(per_rubric, len(texts)), metrics
@@ -235,8 +240,6 @@ class DynamicRubric(GroupReward):
         self.pending: list[list[float]] = []
         out = super().__call__(prompts, completions, **kwargs)
         if self.learner is not None and self.learning:
-            if len(self.pending) != len(self.learner.drafts):  # a fallback group sampled but has no writer reward
-                self.learner.drafts = self.learner.drafts[: len(self.pending)] if self.pending else []
             metrics = self.learner.update(self.pending) if self.pending else {}
             log = kwargs.get("log_metric")
             if callable(log):

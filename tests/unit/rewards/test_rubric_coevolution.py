@@ -124,6 +124,34 @@ def test_dynamic_rubric_saves_its_writer_as_component_state():
     assert reward.state_dict()["updates"] == reward.learner.updates
 
 
+def test_a_fallback_group_gives_the_writer_the_unparsed_reward():
+    """No prefix: the tiny writer's text parses to no item, fallback_items score the group, and the writer's
+    K rubrics all get unparsed_reward (equal: no step), so the update sees one reward row per sampled group."""
+    torch.manual_seed(0)
+    node = [
+        {
+            "name": "dynamic_rubric",
+            "params": {
+                "writer": {"model": {**TINY, "lora": {"enabled": True, "r": 4}}, "max_new_tokens": 6},
+                "writer_prefix": "",
+                "fallback_items": ["The response says 5"],
+                "judge": {"model": TINY},
+                "co_evolve": {
+                    "reference": {"name": "callable", "params": {"path": "support_rewards:text_hash_reward"}}
+                },
+            },
+        }
+    ]
+    (reward,), _, _ = build_reward_terms(node)
+    reward.group_size, reward.learning = 2, True
+    logged = {}
+    prompt = [{"role": "user", "content": "What is 2 + 3?"}]
+    out = reward([prompt] * 2, ["5", "six"], log_metric=lambda k, v: logged.__setitem__(k, v))
+    assert logged["dynamic_rubric/writer_fallback"] == 1.0 and all(r is not None for r in out)
+    assert reward.pending == [[-1.0, -1.0]] and logged["dynamic_rubric/writer/updates"] == 0.0
+    assert reward.learner is not None and reward.learner.drafts == []
+
+
 def test_refused_before_any_model_loads():
     writer = "reward.terms.0.params.writer"
     with pytest.raises(
