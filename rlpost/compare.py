@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import json
 import math
-import os
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -31,6 +30,7 @@ from typing import Any
 
 import yaml
 
+from rlpost.plots import save_figure
 from rlpost.rundir import EVAL_ITEMS
 from rlpost.stats import PairedTest, bootstrap_ci, iqm, sign_test
 from rlpost.sweep import Job, job_dirs, load_job, split_overrides
@@ -241,15 +241,7 @@ def plot(methods: list[Method], keys: list[str], x_axis: str, out_file: Path) ->
         ax.set_xlabel({"step": "optimizer step", "tokens": "tokens (TRL num_tokens)", "seconds": "seconds"}[x_axis])
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
-    out_file.parent.mkdir(parents=True, exist_ok=True)
-    tmp = out_file.with_name(f".{out_file.stem}.{os.getpid()}.tmp{out_file.suffix}")
-    try:  # a reader or a kill never sees half a PNG
-        fig.savefig(tmp, dpi=110)
-        os.replace(tmp, out_file)
-    finally:
-        tmp.unlink(missing_ok=True)
-        plt.close(fig)
-    return out_file
+    return save_figure(fig, out_file)
 
 
 def write_comparison(

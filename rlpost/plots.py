@@ -96,13 +96,20 @@ def plot_curves(
 
     Written by the main process only (rlpost/ranks.py; other ranks get None), to a temp file renamed
     into place, so a reader or a kill never sees half a PNG."""
-    import matplotlib.pyplot as plt
 
     if not is_main():
         return None
     fig = make_figure(runs, keys, window)
     if fig is None:
         return None
+    return save_figure(fig, out_file)
+
+
+def save_figure(fig: Any, out_file: Path) -> Path:
+    """``fig`` as a PNG at ``out_file``: written to a temp file renamed into place (a reader or a kill never
+    sees half a PNG), then closed."""
+    import matplotlib.pyplot as plt
+
     out_file.parent.mkdir(parents=True, exist_ok=True)
     tmp = out_file.with_name(f".{out_file.stem}.{os.getpid()}.tmp{out_file.suffix}")
     try:
