@@ -141,6 +141,7 @@ class DynamicRubric(GroupReward):
         except ConfigError as err:
             raise ParamError("co_evolve", str(err).lstrip(": ")) from None
         self.learner = WriterLearner(self.writer, self.co_evolve) if self.co_evolve.enabled else None
+        self.pending: list[list[float]] = []  # the writer's rewards [groups][K] of the batch being scored
         self.warned = False
         super().__init__(cfg)
 
@@ -227,17 +228,16 @@ class DynamicRubric(GroupReward):
                 self.pending.append(
                     [unparsed] * sampled if fallback else writer_rewards(per_rubric, reference, unparsed)
                 )
+            # the evaluator's quality: how far its scores separate the candidates the reference orders
             gaps = [g for g in (signed_gap(s, reference) for s in per_rubric if s is not None) if g is not None]
-            if (
-                gaps and not fallback
-            ):  # the evaluator's quality: how far its scores separate candidates the reference orders
+            if gaps:  # none for a fallback group (no reference read) or one the reference does not order
                 metrics["writer/gap"] = sum(gaps) / len(gaps)
         metrics.update({f"judge_{key}": float(self.judge.stats[key] - before[key]) for key in before})
         return mean_over_rubrics(per_rubric, len(texts)), metrics
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """Score every group (module docstring), then one update of a co-evolving writer on this batch."""
-        self.pending: list[list[float]] = []
+        self.pending = []
         out = super().__call__(prompts, completions, **kwargs)
         if self.learner is not None and self.learning:
             metrics = self.learner.update(self.pending) if self.pending else {}
