@@ -11,7 +11,7 @@ import difflib
 import importlib.util
 import os
 from collections.abc import Mapping
-from dataclasses import fields
+from dataclasses import fields, replace
 from typing import Any
 
 import torch
@@ -22,20 +22,24 @@ from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS, check_advantage_combine
 from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
+from rlpost.correctness import find_correctness
 from rlpost.data import DataConfig, reasoning_gym_tasks
 from rlpost.envs.base import build_env
 from rlpost.errors import ConfigError
+from rlpost.eval_sets import build_eval_sets
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig, KLPenalty
 from rlpost.models import ModelConfig, check_weights_available
+from rlpost.objective import resolve_objective
 from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.reward_columns import expand_columns
 from rlpost.reward_guard import reward_policies
 from rlpost.reward_terms import build_reward_terms
+from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
@@ -159,9 +163,25 @@ def build_run(cfg: Any) -> BuiltRun:
     )
     env = build_env(data.env)  # data.env: the episode's environment (None: single-turn completions)
     run.env = env if env.active else None
+    build_eval(run)
     check_run(run)
     check_sources(run)
     return run
+
+
+def build_eval(run: BuiltRun) -> None:
+    """``eval.*``: the correctness criterion behind eval/accuracy, the objective ``auto`` resolves to, and
+    the extra held-out sets (each with its data and reward built, before any model loads)."""
+    ev = run.settings.eval
+    verifiable = [getattr(func, "verifiable", False) for func in run.reward.funcs]
+    run.correct = find_correctness(verifiable, run.reward.names, ev.correct_term, ev.correct_threshold)
+    objective = resolve_objective(ev.objective, run.correct, run.reward.names)
+    run.settings = replace(run.settings, eval=replace(ev, objective=objective))
+    if ev.majority_answer is not None and ev.majority_answer not in ANSWER_CHOICES:
+        raise ConfigError(
+            f"Invalid eval.majority_answer={ev.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
+        )
+    run.eval_sets = build_eval_sets(ev.sets, run.settings.seed, run.reward, build_reward)
 
 
 def check_refill(run: BuiltRun) -> None:

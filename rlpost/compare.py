@@ -9,7 +9,8 @@ interval of the mean (10,000 resamples, fixed seed: the same runs give the same 
 
 Paired tests: for every two methods, the runs with the same seed are paired and their held-out
 prompts matched one by one (``eval_items.json``, written by ``rlpost train`` at the end: each prompt's
-first-term score). 0/1 scores get McNemar's exact test, other scores the exact sign test. Items are
+correctness, 1/0, under the run's criterion, rlpost/correctness.py; its reward when the run has none).
+0/1 scores get McNemar's exact test, other scores the exact sign test. Items are
 pooled over the paired seeds. A pair of methods without such files is reported as "-".
 
 Curves (``compare.png``): one panel per metric key, one line per method (the mean over its seeds at
@@ -121,7 +122,13 @@ def item_scores(job: Job) -> dict[int, float] | None:
     if not path.is_file():
         return None
     rows = json.loads(path.read_text())
-    return {int(r["index"]): float(r["score"]) for r in rows if r.get("score") is not None}
+    return {int(r["index"]): value for r in rows if (value := _item_value(r)) is not None}
+
+
+def _item_value(row: dict) -> float | None:
+    """What a held-out prompt is compared on: correct (1/0) with a correctness criterion, else the reward."""
+    key = "correct" if "correct" in row else "score" if "score" in row else "reward"
+    return None if row.get(key) is None else float(row[key])
 
 
 def paired_test(a: Method, b: Method) -> PairedTest | None:

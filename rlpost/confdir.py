@@ -13,7 +13,10 @@ import os
 from pathlib import Path
 
 CONF_DIR = Path(__file__).resolve().parent.parent / "conf"
-NOT_GROUPS = ("recipe/",)  # recipes/<folder>/*.yaml are data (rubrics), not recipes
+NOT_GROUPS = (
+    "recipe/",
+    "eval_sets",
+)  # recipes/<folder>/*.yaml are data (rubrics), not recipes; eval_sets are eval.sets values
 
 
 def config_groups() -> list[str]:

@@ -53,7 +53,17 @@ class EvalSettings:
     batch_size: Annotated[int, Range(ge=1)] = 50
     greedy: bool = True
     group_by: str | None = None
-    objective: str = "eval/accuracy"  # what a train job returns (hydra/sweeper=search maximizes or minimizes it)
+    correct_term: str | None = "auto"  # the reward term behind eval/accuracy (rlpost/correctness.py)
+    correct_threshold: Annotated[float, Range()] = 1.0  # a completion is correct when that term scores at least this
+    samples: Annotated[int, Range(ge=0, why="0 = greedy only")] = 0  # sampled completions per prompt
+    pass_k: list[Annotated[int, Range(ge=1)]] = field(
+        default_factory=lambda: [1, 4]
+    )  # pass@k and maj@k for each k <= samples
+    majority_answer: str | None = "last_number"  # what a sample votes for in maj@k (null: no maj@k)
+    sets: list[Any] = field(default_factory=list)  # more held-out sets (rlpost/eval_sets.py)
+    # what a train job returns (hydra/sweeper=search maximizes or minimizes it); auto: eval/accuracy when
+    # the run has a correctness criterion, else eval/reward (build_run resolves it)
+    objective: str = "auto"
     objective_mode: Literal["max", "min"] = "max"  # checkpoints/best keeps the highest (max) or lowest (min) objective
 
 

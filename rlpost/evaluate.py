@@ -1,17 +1,19 @@
 """Held-out evaluation: generate for eval prompts, score with the run's reward terms.
 
-The first reward term is the run's accuracy metric (for ``math_answer`` it is exact correctness);
-every term's mean and the reward are reported too. The reward is the run's own combination of the
-terms (``RewardParts.scored``: the combined reward, or the score of a combine that returns
-advantages), so ``eval/reward`` is the training reward; a sample that no term could score is left out of its mean, as in training. With ``group_by`` (a dataset column,
-e.g. AIR's ``variant``) the accuracy is also reported per value of that column.
+Every term's mean and the reward are reported. The reward is the run's own combination of the terms
+(``RewardParts.scored``: the combined reward, or the score of a combine that returns advantages), so
+``eval/reward`` is the training reward; a sample that no term could score is left out of its mean, as in
+training. ``eval/accuracy`` is reported only with a correctness criterion (``correct``,
+rlpost/correctness.py: a verifiable term and its threshold): the share of scored prompts whose
+completion is correct. With ``group_by`` (a dataset column, e.g. AIR's ``variant``) the accuracy (or,
+without a criterion, the reward) is also reported per value of that column.
 
-``evaluate_sampled`` draws ``n`` completions per prompt and reports pass@k with the unbiased
-estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
-averaged over prompts, avg@n (the mean share of correct samples), maj@k (majority vote over the
-extracted answers of the first k samples), plus the within-group reward spread that GRPO's advantages feed on
-(``rlpost diagnose``, seed 004 #13). A sample is correct when its first reward term is at least
-``threshold``; an unscorable sample (None/NaN) counts as incorrect for pass@k and is skipped in means.
+``evaluate_sampled`` draws ``n`` completions per prompt and reports, with a criterion, pass@k with the
+unbiased estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
+averaged over prompts, avg@n (the mean share of correct samples) and maj@k (majority vote over the
+extracted answers of the first k samples); always the reward, the within-group reward spread that
+GRPO's advantages feed on (``rlpost diagnose``, seed 004 #13) and the mean length. An unscorable
+sample (None/NaN) counts as incorrect for pass@k and maj@k and is skipped in means.
 """
 
 from __future__ import annotations
@@ -23,6 +25,7 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+from rlpost.correctness import Correctness
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
 from rlpost.rewards.group import extract_answer
@@ -41,6 +44,7 @@ def evaluate(
     combine: Combine,
     *,
     max_new_tokens: int,
+    correct: Correctness | None = None,
     batch_size: int = 50,
     greedy: bool = True,
     temperature: float = 1.0,
@@ -49,18 +53,19 @@ def evaluate(
     show_progress: bool = True,
     env: Environment | None = None,
     items: list[dict[str, Any]] | None = None,
+    prefix: str = "eval",
 ) -> dict[str, float]:
-    """Accuracy (first reward term), per-term means, weighted reward and mean completion length; with ``env``
-    each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote, and the
-    environment's counts are reported per episode (``eval/env/*``). ``items``, when given, receives one row
-    per held-out prompt, ``{"index", "score", "reward"}`` (the first term's score and the combined reward,
-    None when unscorable): what ``rlpost compare`` pairs item by item."""
+    """Accuracy (with ``correct``), per-term means, the reward and mean completion length, as ``<prefix>/...``;
+    with ``env`` each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote,
+    and the environment's counts are reported per episode (``eval/env/*``). ``items``, when given, receives
+    one row per held-out prompt, ``{"index", "reward"}`` plus, with a criterion, ``"score"`` (the criterion
+    term's score) and ``"correct"`` (None when unscorable): what ``rlpost compare`` pairs item by item."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
     completions, lengths, episodes = [], [], []
     with Progress(transient=True, disable=not show_progress) as progress:
-        task = progress.add_task("eval", total=len(rows))
+        task = progress.add_task(prefix, total=len(rows))
         for start in range(0, len(rows), batch_size):
             chunk = rows[start : start + batch_size]
             if env is not None:
@@ -84,21 +89,33 @@ def evaluate(
     for j, func in enumerate(reward_funcs):
         values = func(prompts=[r["prompt"] for r in rows], completions=wrapped, completion_ids=None, **columns)
         scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
-    result = {f"eval/{name}": torch.nanmean(scores[:, j]).item() for j, name in enumerate(reward_names)}
-    result["eval/accuracy"] = result[f"eval/{reward_names[0]}"]
+    result = {f"{prefix}/{name}": torch.nanmean(scores[:, j]).item() for j, name in enumerate(reward_names)}
     rewards = combine(scores, 1)[0]  # [N] the training reward, one sample each
-    result["eval/reward"] = torch.nanmean(rewards).item()
+    per_row = rewards  # [N] what group_by breaks down: correctness (1/0, NaN unscored) or the reward
+    if correct is not None:
+        result[f"{prefix}/accuracy"] = correct.accuracy(scores)
+        nan = torch.full((len(rows),), float("nan"))
+        per_row = torch.where(correct.scored(scores), correct.correct(scores).float(), nan)
+    result[f"{prefix}/reward"] = torch.nanmean(rewards).item()
     if items is not None:
-        items.extend(
-            {"index": i, "score": _number(scores[i, 0]), "reward": _number(rewards[i])} for i in range(len(rows))
-        )
-    result["eval/mean_length"] = sum(lengths) / max(len(lengths), 1)
-    result["eval/num_prompts"] = len(rows)
+        items.extend(_item(i, scores[i], rewards[i], correct) for i in range(len(rows)))
+    result[f"{prefix}/mean_length"] = sum(lengths) / max(len(lengths), 1)
+    result[f"{prefix}/num_prompts"] = len(rows)
     if group_by is not None:
-        result.update(_accuracy_by(scores[:, 0], [r.get(group_by) for r in rows]))
+        metric = f"{prefix}/accuracy" if correct is not None else f"{prefix}/reward"
+        result.update(_mean_by(per_row, [r.get(group_by) for r in rows], metric))
     if env is not None:
         result.update(episode_eval_metrics(episodes))
     return result
+
+
+def _item(index: int, scores: torch.Tensor, reward: torch.Tensor, correct: Correctness | None) -> dict[str, Any]:
+    """One held-out prompt's row of eval_items.json (scores ``[R]``)."""
+    item: dict[str, Any] = {"index": index, "reward": _number(reward)}
+    if correct is not None:
+        item["score"] = _number(scores[correct.index])
+        item["correct"] = bool(correct.correct(scores)) if bool(correct.scored(scores)) else None
+    return item
 
 
 def _number(x: torch.Tensor) -> float | None:
@@ -153,12 +170,12 @@ def _generate_ids(
     return completions
 
 
-def _accuracy_by(accuracy: torch.Tensor, keys: list) -> dict[str, float]:
-    """Mean accuracy [N] per distinct key, as eval/accuracy/<key>."""
+def _mean_by(values: torch.Tensor, keys: list, metric: str = "eval/accuracy") -> dict[str, float]:
+    """Mean of ``values`` [N] (NaN rows skipped) per distinct key, as ``<metric>/<key>``."""
     by_key: dict[str, list[int]] = {}
     for i, key in enumerate(keys):
         by_key.setdefault(str(key), []).append(i)
-    return {f"eval/accuracy/{k}": torch.nanmean(accuracy[idx]).item() for k, idx in sorted(by_key.items())}
+    return {f"{metric}/{k}": torch.nanmean(values[idx]).item() for k, idx in sorted(by_key.items())}
 
 
 def pass_at_k(n: int, c: int, k: int) -> float:
@@ -187,35 +204,38 @@ def sample_metrics(
     combine: Combine,
     lengths: torch.Tensor,
     ks: list[int],
-    threshold: float,
+    correct: Correctness | None,
     prefix: str,
     answers: list[list[str | None]] | None = None,
 ) -> dict[str, float]:
     """Metrics of ``n`` samples per prompt: scores ``[P, n, R]`` (NaN = unscorable), lengths ``[P, n]``.
 
-    accuracy: mean first term; avg@n: mean over prompts of the share of correct samples (first term >=
-    ``threshold``); pass@k per k <= n (and k = n); with ``answers`` ``[P][n]`` (each sample's extracted
-    final answer), maj@k per k <= n: the majority answer of the first k samples is correct
-    (``majority_correct``; one draw of k, not an average over subsets); reward: mean of the combined
-    reward (``combine`` over each prompt's group of n); reward_std: mean over prompts of the population
-    std of the reward within the group; signal_fraction: prompts whose group rewards are not all equal
-    (GRPO gets a non-zero advantage); headroom: pass@n - pass@1; mean_length in tokens.
+    With a correctness criterion ``correct``: accuracy (the share of scored samples that are correct);
+    avg@n (mean over prompts of the share of correct samples); pass@k per k <= n (and k = n); headroom
+    (pass@n - pass@1); with ``answers`` ``[P][n]`` (each sample's extracted final answer), maj@k per
+    k <= n: the majority answer of the first k samples is correct (``majority_correct``; one draw of k,
+    not an average over subsets). Always: reward (mean of the combined reward, ``combine`` over each
+    prompt's group of n); reward_std (mean over prompts of the population std of the reward within the
+    group); signal_fraction (prompts whose group rewards are not all equal: GRPO gets a non-zero
+    advantage); mean_length in tokens.
     """
     n = scores.size(1)
-    right = scores[..., 0] >= threshold  # [P, n]; NaN >= t is False: unscorable = wrong
-    correct = right.sum(dim=1).tolist()
     reward = combine(scores.reshape(-1, scores.size(2)), n)[0].view(scores.size(0), n)  # [P, n]
     spread = torch.stack(
         [r[~torch.isnan(r)].std(unbiased=False) if (~torch.isnan(r)).sum() > 1 else r.new_zeros(()) for r in reward]
     )
-    out = {f"{prefix}/accuracy": torch.nanmean(scores[..., 0]).item(), f"{prefix}/samples_per_prompt": n}
-    out[f"{prefix}/avg@{n}"] = sum(correct) / (n * len(correct))
-    for k in sorted({*(k for k in ks if k <= n), n}):
-        out[f"{prefix}/pass@{k}"] = sum(pass_at_k(n, c, k) for c in correct) / len(correct)
-        if answers is not None:
-            votes = [majority_correct(a[:k], r[:k]) for a, r in zip(answers, right.tolist())]
-            out[f"{prefix}/maj@{k}"] = sum(votes) / len(votes)
-    out[f"{prefix}/headroom"] = out[f"{prefix}/pass@{n}"] - out[f"{prefix}/pass@1"]
+    out: dict[str, float] = {f"{prefix}/samples_per_prompt": n}
+    if correct is not None:
+        right = correct.correct(scores)  # [P, n]; unscorable = wrong
+        counts = right.sum(dim=1).tolist()
+        out[f"{prefix}/accuracy"] = correct.accuracy(scores.reshape(-1, scores.size(2)))
+        out[f"{prefix}/avg@{n}"] = sum(counts) / (n * len(counts))
+        for k in sorted({*(k for k in ks if k <= n), n}):
+            out[f"{prefix}/pass@{k}"] = sum(pass_at_k(n, c, k) for c in counts) / len(counts)
+            if answers is not None:
+                votes = [majority_correct(a[:k], r[:k]) for a, r in zip(answers, right.tolist())]
+                out[f"{prefix}/maj@{k}"] = sum(votes) / len(votes)
+        out[f"{prefix}/headroom"] = out[f"{prefix}/pass@{n}"] - out[f"{prefix}/pass@1"]
     out[f"{prefix}/reward"] = torch.nanmean(reward).item()
     out[f"{prefix}/reward_std"] = spread.mean().item()
     out[f"{prefix}/signal_fraction"] = (spread > 1e-6).float().mean().item()
@@ -248,9 +268,9 @@ def evaluate_sampled(
     n: int,
     ks: list[int],
     max_new_tokens: int,
+    correct: Correctness | None,
     temperature: float = 1.0,
     top_p: float = 1.0,
-    threshold: float = 1.0,
     batch_size: int = 50,
     size: int | None = None,
     prefix: str = "sampled",
@@ -282,7 +302,7 @@ def evaluate_sampled(
         flat = [extract_answer(c, majority_answer) for c in completions]
         answers = [flat[p * n : (p + 1) * n] for p in range(len(rows))]
     lengths_t = torch.tensor(lengths).view(len(rows), n)
-    return sample_metrics(scores, combine, lengths_t, ks, threshold, prefix, answers)
+    return sample_metrics(scores, combine, lengths_t, ks, correct, prefix, answers)
 
 
 def _generate(

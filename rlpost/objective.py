@@ -1,13 +1,32 @@
 """The objective of a search sweep (``hydra/sweeper=search``): what a train job returns to Hydra.
 
 ``eval.objective`` names it: a key of the final held-out eval (``eval/accuracy``, ``eval/reward``, ...),
-or any training metric, whose last value in metrics.jsonl is returned (e.g. ``reward``).
+or any training metric, whose last value in metrics.jsonl is returned (e.g. ``reward``). ``auto`` (the
+default) is ``eval/accuracy`` when the run has a correctness criterion (rlpost/correctness.py), else
+``eval/reward``: a run judged by a rubric has no accuracy to maximize.
 """
 
 from __future__ import annotations
 
+from collections.abc import Sequence
+
+from rlpost.correctness import AUTO, Correctness, no_accuracy_reason
 from rlpost.errors import ConfigError
 from rlpost.rundir import RunDirectory
+
+ACCURACY_KEYS = ("eval/accuracy", "eval/accuracy/")  # what only a correctness criterion can report
+
+
+def resolve_objective(objective: str, correct: Correctness | None, reward_names: Sequence[str]) -> str:
+    """``auto`` -> eval/accuracy or eval/reward; an accuracy objective without a criterion is a ConfigError."""
+    if objective == AUTO:
+        return "eval/accuracy" if correct is not None else "eval/reward"
+    if correct is None and (objective == ACCURACY_KEYS[0] or objective.startswith(ACCURACY_KEYS[1])):
+        raise ConfigError(
+            f"eval.objective={objective} needs a correctness criterion, but {no_accuracy_reason(reward_names)}; "
+            "name the term that checks correctness with eval.correct_term=<term>, or use eval.objective=eval/reward."
+        )
+    return objective
 
 
 def check_objective(eval_settings) -> None:

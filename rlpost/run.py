@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs
+from rlpost.correctness import Correctness
 from rlpost.data import DataConfig
 from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.models import ModelConfig
@@ -110,6 +111,8 @@ class BuiltRun:
     hardware: HardwareConfig
     plan: BatchPlan
     env: Any = None  # data/env: an rlpost.envs.base.Environment (one per episode is made from it); None: no episodes
+    correct: Correctness | None = None  # eval/accuracy's criterion (rlpost/correctness.py); None: no accuracy
+    eval_sets: list[Any] = field(default_factory=list)  # eval.sets: rlpost.eval_sets.EvalSet, in order
 
     def named_components(self) -> list[tuple[str, Component]]:
         """Every built component with its config path (state saving, ``requires``, ``check_run``, ``sampler``)."""

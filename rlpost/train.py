@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,13 @@ from rlpost.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_
 from rlpost.data import load_datasets
 from rlpost.errors import ConfigError
 from rlpost.eval_callback import PeriodicEvalCallback
-from rlpost.evaluate import evaluate
-from rlpost.launch.deepspeed import gathered_parameters, write_deepspeed_config
+from rlpost.held_out import evaluate_run
+from rlpost.launch.deepspeed import write_deepspeed_config
 from rlpost.models import load_model, load_tokenizer, peft_config
 from rlpost.plots import plot_curves
 from rlpost.preemption import PreemptionCallback
 from rlpost.ranks import is_main, on_main, write_folder
 from rlpost.replay import ReplayWriter
-from rlpost.reward_guard import guard_rewards
 from rlpost.run import BuiltRun
 from rlpost.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
 from rlpost.secrets import install_log_redaction
@@ -46,6 +46,7 @@ def train(
         run = build_run(cfg)
     train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
     _check_eval_columns(run, eval_set)
+    held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)
     rundir = RunDirectory(run_dir)
     install_log_redaction()  # secrets never reach a log record (rlpost/secrets.py)
@@ -61,7 +62,7 @@ def train(
     rundir.write_config(cfg, overrides or [])
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
-        summary["before"] = _evaluate_before(run, rundir, model, tokenizer, eval_set, resumed=resume_from is not None)
+        summary["before"] = _evaluate_before(run, rundir, model, tokenizer, held_out, resumed=resume_from is not None)
         if resume_from is None:  # eval curves start at step 0 (a resumed run has that row already)
             rundir.append_metrics({"step": 0, **summary["before"]})
 
@@ -78,7 +79,7 @@ def train(
     if run.settings.eval.every:  # held-out eval every N steps, logged at that step
         periodic = PeriodicEvalCallback(
             run.settings.eval.every,
-            lambda m: _evaluate(run, m, tokenizer, eval_set),
+            lambda m: _evaluate(run, m, tokenizer, held_out),
             run.settings.eval.at_end,
             on_result=keep_if_best,
         )
@@ -122,7 +123,7 @@ def train(
     )
     if run.settings.eval.at_end:
         items: list[dict] = []
-        summary["after"] = _evaluate(run, trainer.model, tokenizer, eval_set, items)
+        summary["after"] = _evaluate(run, trainer.model, tokenizer, held_out, items)
         rundir.write_json(EVAL_ITEMS, items)  # per held-out prompt, for paired tests (rlpost compare)
         rundir.append_metrics({"step": trainer.state.global_step, **summary["after"]})
         keep_if_best(trainer.state.global_step, summary["after"])
@@ -134,6 +135,19 @@ def train(
     return summary
 
 
+@dataclass(frozen=True)
+class HeldOut:
+    """The held-out rows a run evaluates on: its own eval split and each eval set's (run.eval_sets order)."""
+
+    rows: Any
+    set_rows: list[Any]
+
+
+def _set_rows(spec) -> Any:
+    """An eval set's held-out split (rlpost/eval_sets.py), loaded before any model."""
+    return load_datasets(spec.data)[1]
+
+
 def _check_eval_columns(run: BuiltRun, eval_set) -> None:
     group_by = run.settings.eval.group_by
     if group_by is not None and group_by not in eval_set.column_names:
@@ -143,31 +157,8 @@ def _check_eval_columns(run: BuiltRun, eval_set) -> None:
         )
 
 
-def _evaluate(run: BuiltRun, model, tokenizer, eval_set, items: list[dict] | None = None) -> dict[str, float]:
-    settings = run.settings
-    # scale-out: ZeRO-3 shards gathered for generate; held-out scores never move a combine's training state
-    with gathered_parameters(run.hardware, model), run.reward.held_out():
-        return _evaluate_gathered(run, model, tokenizer, eval_set, settings, items)
-
-
-def _evaluate_gathered(run: BuiltRun, model, tokenizer, eval_set, settings, items) -> dict[str, float]:
-    return evaluate(
-        model,
-        tokenizer,
-        eval_set,
-        guard_rewards(run.reward.funcs, run.reward.failure),  # a failing reward never kills the eval
-        run.reward.names,
-        run.reward.scored,  # eval/reward is the training reward (rlpost/pipeline.py)
-        max_new_tokens=settings.train.max_completion_length,
-        batch_size=settings.eval.batch_size,
-        greedy=settings.eval.greedy,
-        temperature=settings.train.temperature,
-        size=settings.eval.size,
-        group_by=settings.eval.group_by,
-        show_progress=settings.logging.progress,
-        env=run.env,  # data/env: each held-out prompt is one episode
-        items=items,
-    )
+def _evaluate(run: BuiltRun, model, tokenizer, held_out: HeldOut, items: list[dict] | None = None) -> dict[str, float]:
+    return evaluate_run(run, model, tokenizer, held_out.rows, held_out.set_rows, items)
 
 
 def _check_resume(resume: str | None) -> None:
@@ -204,13 +195,13 @@ def _report_cleared(cleared: list[str], rundir: RunDirectory) -> None:
         )
 
 
-def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, eval_set, resumed: bool) -> dict:
+def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, held_out: HeldOut, resumed: bool) -> dict:
     """The start-of-run evaluation, stored in eval_before.json and reused when the run resumes."""
     stored = rundir.path / "eval_before.json"
     if resumed and stored.is_file():
         return json.loads(stored.read_text())
     items: list[dict] = []
-    result = _evaluate(run, model, tokenizer, eval_set, items)
+    result = _evaluate(run, model, tokenizer, held_out, items)
     rundir.write_json(EVAL_ITEMS_BEFORE, items)
     rundir.write_json(stored.name, result)
     return result

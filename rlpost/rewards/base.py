@@ -29,6 +29,9 @@ class Reward(Component):
     # scores a completion against the other completions of its prompt (rewards/group.py): the
     # trainer sets ``group_size`` before each call; the failure guard never retries it per sample
     is_group_reward: ClassVar[bool] = False
+    # checks the answer against a gold reference, so a score at the threshold means "correct": the
+    # default criterion of eval/accuracy (rlpost/correctness.py); judged or learned scores are not
+    verifiable: ClassVar[bool] = False
     group_size: int | None = None  # G, set by the trainer for group rewards (None: runs of equal prompts)
     learning: bool = False  # set by the trainer: True while scoring a training batch (online rewards learn then)
     # extra rollout columns the trainer adds to the reward inputs: "logprob" -> rlpost_logprob [N],

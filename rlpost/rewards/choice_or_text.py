@@ -29,6 +29,8 @@ from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 class ChoiceOrText(Reward):
     """Multiple-choice letter on anchor rows, gold answer text on open-ended rows (AIR data)."""
 
+    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # gold column: the option letter (anchor) or the answer text (open)

@@ -52,6 +52,8 @@ def extract_code(text: str, how: str) -> str | None:
 class CodeExec(Reward):
     """Fraction (or all) of the row's tests the completion's code passes, run in a limited child process."""
 
+    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+
     @dataclass(frozen=True)
     class Config:
         tests_column: str = "test"  # dataset column holding the test code

@@ -21,6 +21,8 @@ from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 class ExactMatch(Reward):
     """Normalized string equality of the completion and a gold column."""
 
+    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # dataset column holding the gold answer

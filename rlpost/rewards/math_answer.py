@@ -63,6 +63,8 @@ def gold_number(gold: Any) -> float | None:
 class MathAnswer(Reward):
     """Final-answer correctness against a gold column: last number or math-verify."""
 
+    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+
     @dataclass(frozen=True)
     class Config:
         column: str = "answer"  # dataset column holding the gold answer

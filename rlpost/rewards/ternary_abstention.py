@@ -36,6 +36,8 @@ ABSTAIN = [
 class TernaryAbstention(Reward):
     """Ternary reward: correct / abstained / wrong against a gold column (abstention learning)."""
 
+    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+
     seed = "seed 004 #7"
 
     @dataclass(frozen=True)

@@ -21,8 +21,9 @@ Verdict, checked in this order (thresholds are config fields):
 3. ``promising``: headroom >= min_headroom and signal_fraction >= min_signal_fraction;
 4. ``weak`` otherwise, naming the criterion that failed.
 Choices the abstract leaves open: the measures above (the abstract defines no formula), prompts
-from the train split by default (what RL will see), the first reward term decides correctness
-(``correct_threshold``) and the weighted reward gives the spread.
+from the train split by default (what RL will see), the correctness criterion (``correct_term``:
+auto = the first verifiable term, rlpost/correctness.py, scoring at least ``correct_threshold``)
+decides pass@k, and the weighted reward gives the spread. A reward without a criterion is refused.
 """
 
 from __future__ import annotations
@@ -36,7 +37,7 @@ import torch
 
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
-from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
+from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy, policy_correctness
 from rlpost.tools.runref import apply_run
 
 
@@ -92,8 +93,12 @@ def verdict(m: dict[str, float], t: Thresholds, n: int) -> tuple[str, list[str]]
     return "promising", [*facts, "sampling reaches answers the first try misses, and groups carry a learning signal"]
 
 
+REQUIRED_BY = "rlpost diagnose (pass@1, pass@n, headroom)"
+
+
 def check(s: DiagnoseSettings, overrides: list[str]) -> DiagnoseSettings:
-    check_policy(s, s.prompts, "prompts")
+    reward, _ = check_policy(s, s.prompts, "prompts")
+    policy_correctness(s, reward, required_by=REQUIRED_BY)
     if s.samples < 2:
         raise ConfigError(f"samples={s.samples} must be at least 2: a group needs two completions to have a spread.")
     if s.gradient_prompts < 0 or s.gradient_prompts % 2 or s.gradient_prompts == 1:
@@ -129,7 +134,7 @@ def diagnose(s: DiagnoseSettings) -> dict:
         max_new_tokens=s.max_new_tokens,
         temperature=s.temperature,
         top_p=s.top_p,
-        threshold=s.correct_threshold,
+        correct=policy_correctness(s, reward, required_by=REQUIRED_BY),
         batch_size=s.batch_size,
         size=s.prompts,
         prefix="diag",

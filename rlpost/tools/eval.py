@@ -24,7 +24,7 @@ from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
 from rlpost.ranks import is_main
 from rlpost.rundir import write_atomic
-from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy
+from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy, policy_correctness
 from rlpost.tools.runref import apply_run
 
 
@@ -65,6 +65,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
     from rlpost.evaluate import evaluate, evaluate_sampled
 
     reward, dataset = check_policy(s, s.size, "size")
+    correct = policy_correctness(s, reward)
     set_seed(s.seed)
     model, tokenizer = load_policy(s)
     results: dict[str, float] = {}
@@ -78,6 +79,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 reward.names,
                 reward.scored,
                 max_new_tokens=s.max_new_tokens,
+                correct=correct,
                 batch_size=s.batch_size,
                 size=s.size,
                 group_by=s.group_by,
@@ -97,7 +99,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 max_new_tokens=s.max_new_tokens,
                 temperature=s.temperature,
                 top_p=s.top_p,
-                threshold=s.correct_threshold,
+                correct=correct,
                 batch_size=s.batch_size,
                 size=s.size,
                 show_progress=s.progress,

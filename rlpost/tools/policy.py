@@ -5,12 +5,13 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
 from rlpost.config import HardwareConfig
 from rlpost.data import DataConfig
 from rlpost.errors import ConfigError
 from rlpost.models import LoraSettings, ModelConfig
+from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
@@ -28,7 +29,8 @@ class PolicySettings:
     batch_size: int = 50
     temperature: float = 1.0
     top_p: float = 1.0
-    correct_threshold: float = 1.0
+    correct_term: str | None = "auto"  # the reward term that decides correctness (rlpost/correctness.py)
+    correct_threshold: Annotated[float, Range()] = 1.0  # correct when that term scores at least this
     out: str | None = None
     progress: bool = True
 
@@ -65,6 +67,21 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
             f"{size_key}={size} but split={s.split} has {len(dataset)} rows; raise {where} or lower {size_key}."
         )
     return reward, dataset
+
+
+def policy_correctness(s: PolicySettings, reward, required_by: str | None = None):
+    """The correctness criterion of ``s`` over the built ``reward`` (None: no accuracy); ``required_by`` names
+    what cannot work without one (a ConfigError then, before any model loads)."""
+    from rlpost.correctness import find_correctness, no_accuracy_reason
+
+    verifiable = [getattr(func, "verifiable", False) for func in reward.funcs]
+    correct = find_correctness(verifiable, reward.names, s.correct_term, s.correct_threshold, key="")
+    if correct is None and required_by is not None:
+        raise ConfigError(
+            f"{required_by} needs a correctness criterion, but {no_accuracy_reason(reward.names)}; name the term "
+            "that checks correctness with correct_term=<term>."
+        )
+    return correct
 
 
 def load_policy(s: PolicySettings):

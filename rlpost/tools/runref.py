@@ -2,7 +2,8 @@
 
 With ``run=DIR`` the ``model`` node becomes the run's checkpoint (``checkpoint=final`` by default;
 for a LoRA run, the run's base model plus the adapter), and ``data`` and ``reward`` become the
-run's own resolved nodes (``DIR/config.yaml``). Command-line choices still win: ``data=jsonl``
+run's own resolved nodes (``DIR/config.yaml``), and so do its correctness criterion
+(``eval.correct_term`` / ``eval.correct_threshold`` become ``correct_term`` / ``correct_threshold``). Command-line choices still win: ``data=jsonl``
 (a group choice) replaces the run's data node; dotted overrides (``data.eval_size=20``,
 ``model.dtype=bfloat16``) are applied on top of the run's node. Choosing ``model=...`` together
 with ``run=`` is refused: they name two different models.
@@ -18,6 +19,7 @@ from rlpost.errors import ConfigError
 from rlpost.tools.checkpoints import is_adapter, is_run_dir, resolve_checkpoint, run_config
 
 GROUPS = ("data", "reward")
+CRITERION = ("correct_term", "correct_threshold")  # eval.<key> of the run -> <key> of eval and diagnose
 
 
 def parsed(overrides: list[str]) -> list[Any]:
@@ -52,6 +54,9 @@ def apply_run(raw: dict[str, Any], overrides: list[str]) -> dict[str, Any]:
     for group in GROUPS:
         if group not in chosen and group in saved:
             out[group] = copy.deepcopy(saved[group])
+    for key in CRITERION:  # eval/accuracy means what it meant in the run
+        if key not in chosen and key in (saved.get("eval") or {}):
+            out[key] = saved["eval"][key]
     for o in items:  # dotted overrides on top of the run's nodes
         head, _, rest = o.key_or_group.partition(".")
         if rest and head in ("model", *GROUPS):

@@ -95,11 +95,12 @@ def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
         sys.exit(EXIT_PREEMPTED)
     before, after = summary.get("before", {}), summary.get("after", {})
     print(f"run directory: {summary['run_dir']}")
-    for key in ("eval/accuracy", "eval/reward", "eval/mean_length"):
+    per_set = [f"eval/{s.cfg.name}/{m}" for s in built.eval_sets for m in ("accuracy", "reward")]
+    for key in ("eval/accuracy", "eval/reward", "eval/mean_length", *per_set):
         if key in after:
             print(f"  {key:<18} {before.get(key, float('nan')):.3f} -> {after[key]:.3f}")
     print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
-    return objective_value(summary, cfg.eval.objective)  # a ConfigError exits with code 2 (rlpost/app.py)
+    return objective_value(summary, built.settings.eval.objective)  # auto resolved; a ConfigError exits with code 2
 
 
 APP = App(command="train", config_name="config", build=build_run_of, run=run, prelaunch=prelaunch)

@@ -117,6 +117,8 @@ def qwen_installed() -> bool:
 
 
 def choose(group: str, option: str) -> str:
+    if group == "eval_sets":  # named sets are values of eval.sets (rlpost/eval_sets.py), not a group
+        return f"eval.sets=[{option}]"
     return f"{group}=[{option}]" if group in LIST_GROUPS else f"{group}={option}"
 
 
@@ -138,6 +140,11 @@ def test_every_option_composes_and_builds(group, option, required):
             build_run(cfg)
         return
     run = build_run(cfg)
+    if group == "eval_sets":  # its data and reward options composed and built, a criterion found
+        own = OmegaConf.to_container(OmegaConf.load(path))
+        (built,) = run.eval_sets
+        assert built.cfg.name == option and built.data.task == own["data"] and built.correct is not None
+        return
     node = OmegaConf.select(cfg, group.replace("/", "."))
     assert node is not None
     own = OmegaConf.to_container(OmegaConf.load(path))

@@ -85,6 +85,7 @@ NOT_A_REGISTRY: dict[str, str] = {
     "data": "presets of DataConfig",
     "hardware": "presets of HardwareConfig",
     "recipe": "@package _global_ overrides of the groups above (recipes/)",
+    "eval_sets": "presets of EvalSetConfig, named in eval.sets=[...] (rlpost/eval_sets.py), not a group",
 }
 # modules in a component folder that are not a component, and why they are still there
 HELPERS: dict[str, str] = {

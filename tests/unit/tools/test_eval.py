@@ -12,12 +12,14 @@ import torch
 from paths import SUPPORT
 
 from rlpost import cli
+from rlpost.correctness import Correctness
 from rlpost.evaluate import majority_correct, pass_at_k, sample_metrics, score
 from rlpost.reward_terms import build_reward_terms
 
 from trainer_utils import TINY, weighted_sum
 
 TESTS = SUPPORT
+FIRST = Correctness(0, "first", 1.0)  # the first term decides correctness: score >= 1
 
 
 def test_pass_at_k_unbiased_estimator_by_hand():
@@ -36,7 +38,7 @@ def test_sample_metrics_by_hand():
     first = torch.tensor([[0.0, 0, 0, 0], [1, 0, 0, 0], [1, 1, 0, 0], [1, 1, 1, 1]])
     scores = torch.stack([first, torch.ones(4, 4)], dim=2)  # [P=4, n=4, R=2]
     lengths = torch.tensor([[2, 4, 6, 8]] * 4)
-    m = sample_metrics(scores, weighted_sum([1.0, 0.5]), lengths, [1, 2, 8], 1.0, "s")
+    m = sample_metrics(scores, weighted_sum([1.0, 0.5]), lengths, [1, 2, 8], FIRST, "s")
     assert m["s/accuracy"] == pytest.approx(7 / 16)
     assert m["s/pass@1"] == pytest.approx((0 + 0.25 + 0.5 + 1) / 4)
     assert m["s/pass@2"] == pytest.approx((0 + 0.5 + 5 / 6 + 1) / 4)  # 0.583
@@ -59,16 +61,16 @@ def test_majority_vote_and_avg_at_n_by_hand():
     # 2 prompts, n = 3; prompt 0 answers 5 (right), 7, 5 (right); prompt 1: 8 (right), 9, 9
     first = torch.tensor([[1.0, 0.0, 1.0], [1.0, 0.0, 0.0]])
     answers = [["5", "7", "5"], ["8", "9", "9"]]
-    m = sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1, 2], 1.0, "s", answers)
+    m = sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1, 2], FIRST, "s", answers)
     assert m["s/avg@3"] == pytest.approx((2 / 3 + 1 / 3) / 2)  # 0.5
     # maj@1 = first sample right: 1, 1; maj@2: tie 5/7 -> 5 (right), tie 8/9 -> 8 (right); maj@3: 5 right, 9 wrong
     assert (m["s/maj@1"], m["s/maj@2"], m["s/maj@3"]) == (1.0, 1.0, 0.5)
-    assert "s/maj@1" not in sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1], 1.0, "s")
+    assert "s/maj@1" not in sample_metrics(first.unsqueeze(2), weighted_sum([1.0]), torch.ones(2, 3), [1], FIRST, "s")
 
 
 def test_unscorable_samples_are_wrong_for_pass_at_k_and_skipped_in_means():
     scores = torch.tensor([[[float("nan")], [1.0]]])  # one prompt, n = 2: unscorable, correct
-    m = sample_metrics(scores, weighted_sum([1.0]), torch.tensor([[3, 5]]), [1], 1.0, "s")
+    m = sample_metrics(scores, weighted_sum([1.0]), torch.tensor([[3, 5]]), [1], FIRST, "s")
     assert m["s/accuracy"] == 1.0 and m["s/pass@1"] == 0.5 and m["s/pass@2"] == 1.0
     assert m["s/reward"] == 1.0 and m["s/reward_std"] == 0.0
 
@@ -83,7 +85,7 @@ def test_math_answer_on_fixed_completions():
     scores = score(rows, completions, 2, funcs)
     assert scores[:, 0].tolist() == [1.0, 0.0, 1.0, 1.0]
     lengths = torch.tensor([[1, 4], [2, 4]])
-    m = sample_metrics(scores.view(2, 2, 1), weighted_sum(weights), lengths, [1, 2], 1.0, "s")
+    m = sample_metrics(scores.view(2, 2, 1), weighted_sum(weights), lengths, [1, 2], FIRST, "s")
     assert m["s/pass@1"] == pytest.approx((0.5 + 1.0) / 2) and m["s/pass@2"] == 1.0
     assert m["s/accuracy"] == 0.75 and m["s/mean_length"] == 2.75
     assert m["s/signal_fraction"] == 0.5  # only the first prompt's group has a reward difference
@@ -109,6 +111,7 @@ def known_data(tmp_path_factory):
         f"data.eval_split={root / 'eval.jsonl'}",
         "data.eval_size=4",
         KNOWN_REWARD,
+        "correct_term=callable",  # the callable's score is correctness: it names the criterion
     ]
 
 
@@ -148,7 +151,8 @@ def trained_run(tmp_path_factory):
     run_dir = tmp_path_factory.mktemp("run") / "run"
     hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
     tiny = [o for o in TINY if not o.startswith(("logging.tensorboard", "train.steps"))]
-    argv = ["train", *tiny, hash_reward, "train.steps=2", "eval.every=1", "eval.size=4", f"hydra.run.dir={run_dir}"]
+    argv = ["train", *tiny, hash_reward, "eval.correct_term=callable", "train.steps=2", "eval.every=1", "eval.size=4"]
+    argv.append(f"hydra.run.dir={run_dir}")
     assert cli.main(argv) == 0
     return run_dir
 
