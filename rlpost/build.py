@@ -39,6 +39,7 @@ from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.reward_columns import expand_columns
 from rlpost.reward_guard import reward_policies
 from rlpost.reward_terms import build_reward_terms
+from rlpost.rewards.base import Reward
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
@@ -173,7 +174,7 @@ def build_eval(run: BuiltRun) -> None:
     """``eval.*``: the correctness criterion behind eval/accuracy, the objective ``auto`` resolves to, and
     the extra held-out sets (each with its data and reward built, before any model loads)."""
     ev = run.settings.eval
-    verifiable = [getattr(func, "verifiable", False) for func in run.reward.funcs]
+    verifiable = [isinstance(func, Reward) and func.is_verifiable(run.env) for func in run.reward.funcs]
     run.correct = find_correctness(verifiable, run.reward.names, ev.correct_term, ev.correct_threshold)
     objective = resolve_objective(ev.objective, run.correct, run.reward.names)
     run.settings = replace(run.settings, eval=replace(ev, objective=objective))

@@ -15,9 +15,10 @@ pooled over the paired seeds. A pair of methods without such files is reported a
 
 Curves (``compare.png``): one panel per metric key, one line per method (the mean over its seeds at
 each logged step) with a band for the bootstrap 95% interval at that step (1,000 resamples); the x
-axis is ``step``, ``tokens`` (TRL's cumulative ``num_tokens``, prompts included) or ``seconds``
-(cumulative ``step_time``), averaged over the seeds at each step, so methods can be compared at equal
-generated tokens or equal wall-clock time. Written: ``compare.md``, ``compare.tex``, ``compare.png``.
+axis is ``step``, ``tokens`` (TRL's cumulative ``num_tokens``, prompts included), ``flops`` (the run's
+cumulative ``train_flops`` model-FLOPs estimate, rlpost/flops.py) or ``seconds`` (cumulative
+``step_time``), averaged over the seeds at each step, so methods can be compared at equal generated
+tokens, equal compute or equal wall-clock time. Written: ``compare.md``, ``compare.tex``, ``compare.png``.
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from rlpost.stats import PairedTest, bootstrap_ci, iqm, sign_test
 from rlpost.sweep import Job, job_dirs, load_job, split_overrides
 
 IGNORED_KEYS = ("seed", "hydra.run.dir", "hydra.sweep.dir", "resume")  # not what a method is
-X_AXES = {"step": None, "tokens": "num_tokens", "seconds": "step_time"}
+X_AXES = {"step": None, "tokens": "num_tokens", "flops": "train_flops", "seconds": "step_time"}
 
 
 @dataclass
@@ -245,7 +246,8 @@ def plot(methods: list[Method], keys: list[str], x_axis: str, out_file: Path) ->
                 ax.plot(x, mean, label=label)
                 ax.fill_between(x, low, high, alpha=0.2)
         ax.set_title(key)
-        ax.set_xlabel({"step": "optimizer step", "tokens": "tokens (TRL num_tokens)", "seconds": "seconds"}[x_axis])
+        labels = {"step": "optimizer step", "tokens": "tokens (TRL num_tokens)", "flops": "model FLOPs (train_flops)"}
+        ax.set_xlabel({**labels, "seconds": "seconds"}[x_axis])
     axes[0][0].legend(fontsize=7)
     fig.tight_layout()
     return save_figure(fig, out_file)

@@ -1,8 +1,9 @@
 """``eval/accuracy``'s criterion: which reward term says a completion is right, and from what score on.
 
 Accuracy is a claim about correctness, so it is only reported where a term checks the answer against
-a gold reference: a *verifiable* term (``Reward.verifiable``: math_answer, exact_match,
-choice_or_text, code_exec, ternary_abstention). A judged or learned score (a rubric, a reward model,
+a gold reference: a *verifiable* term (``Reward.is_verifiable``: math_answer, exact_match,
+choice_or_text, code_exec, ternary_abstention, and ``env`` when its environment checks the outcome
+against the row's gold: calculator, python, search, code_repair, simulated_user). A judged or learned score (a rubric, a reward model,
 BLEU) is a reward, reported as ``eval/reward``; calling its mean an accuracy would mislead.
 
 ``eval.correct_term`` picks the term: ``auto`` (the first verifiable term of ``reward.terms``, none
@@ -75,5 +76,5 @@ def no_accuracy_reason(names: Sequence[str]) -> str:
     verifiable = [n for n in REWARDS.names() if REWARDS.get(n).verifiable]
     return (
         f"no reward term of this run checks correctness (terms: {', '.join(names)}; the verifiable ones are "
-        f"{', '.join(verifiable)})"
+        f"{', '.join(verifiable)}, and env with an environment that checks answers)"
     )

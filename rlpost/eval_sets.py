@@ -25,6 +25,7 @@ from rlpost.confdir import CONF_DIR
 from rlpost.correctness import AUTO, Correctness, find_correctness
 from rlpost.data import DataConfig
 from rlpost.errors import ConfigError
+from rlpost.rewards.base import Reward
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.run import RewardParts
 from rlpost.schema import Range, build_config, to_container
@@ -123,7 +124,7 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
             f"lower size or set {where}.data_params.eval_size."
         )
     reward = build_reward(composed["reward"]) if cfg.reward is not None else run_reward
-    verifiable = [getattr(f, "verifiable", False) for f in reward.funcs]
+    verifiable = [isinstance(f, Reward) and f.is_verifiable() for f in reward.funcs]
     correct = find_correctness(verifiable, reward.names, cfg.correct_term, cfg.correct_threshold, where)
     return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct)
 

@@ -31,7 +31,7 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any, ClassVar, Literal
 
 from rlpost.component import Component
 from rlpost.errors import ConfigError
@@ -67,6 +67,9 @@ class Environment(Component):
         step_timeout_s: Annotated[float, Range(gt=0)] = 10.0  # one env.step (a tool call, a user reply)
 
     runs_code: bool = False
+    # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
+    # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable: ClassVar[bool] = False
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         """The episode's first messages for data row ``row`` (its ``prompt`` column and the rest)."""

@@ -102,6 +102,8 @@ def final_answer_reward(message: str, gold: float | None) -> float:
 class Calculator(ToolEnvironment):
     """Arithmetic with a <calc> tool (tag protocol or chat-template calls); reward 1.0 for a correct final answer."""
 
+    verifiable = True  # the episode reward checks against the row's gold
+
     Config = CalculatorConfig
     cfg: CalculatorConfig
     ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "expression", "Evaluate an arithmetic expression.", SYSTEM, "calc"

@@ -64,6 +64,8 @@ def report(outcome: Outcome) -> str:
 class CodeRepair(Environment):
     """Write a function, see the test report, repair it; reward: the last attempt's share of passing tests."""
 
+    verifiable = True  # the episode reward checks against the row's gold
+
     Config = CodeRepairConfig
     cfg: CodeRepairConfig
     runs_code = True

@@ -74,6 +74,8 @@ def check_jail(cfg: Any, name: str) -> None:
 class PythonTool(ToolEnvironment):
     """Questions with a numeric answer and a <python> tool that runs jailed; reward 1.0 for a correct answer."""
 
+    verifiable = True  # the episode reward checks against the row's gold
+
     Config = PythonConfig
     cfg: PythonConfig
     ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "code", "Run a Python program and return what it prints.", SYSTEM, "python"

@@ -83,6 +83,8 @@ def contains_answer(text: str, answer: str) -> bool:
 class Search(ToolEnvironment):
     """Questions over a bundled corpus with a <search> tool (BM25, bm25s); reward 1.0 for a correct final answer."""
 
+    verifiable = True  # the episode reward checks against the row's gold
+
     Config = SearchConfig
     cfg: SearchConfig
     ARGUMENT, TOOL, SYSTEM, TAG_IN_SYSTEM = "query", "Search the document collection.", SYSTEM, "search"

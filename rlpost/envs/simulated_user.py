@@ -58,6 +58,8 @@ def normalize(value: str) -> str:
 class SimulatedUser(Environment):
     """A frozen model plays a user with a hidden goal; the policy asks, then books; reward: the goal was met."""
 
+    verifiable = True  # the episode reward checks against the row's gold
+
     Config = SimulatedUserConfig
     cfg: SimulatedUserConfig
 

@@ -48,6 +48,11 @@ class Reward(Component):
         """Prompts [N], completions [N] and the batch's dataset columns -> one reward (or None) per completion."""
         raise NotImplementedError
 
+    def is_verifiable(self, env: Any = None) -> bool:
+        """Whether this term's score says a completion is right (``verifiable``); ``env`` is the run's
+        environment (None without episodes), for a term that passes on what an environment decided."""
+        return self.verifiable
+
     def output_columns(self) -> list[tuple[str, float]] | None:
         """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:
         rlpost/reward_columns.py makes one TRL reward function of each), else None: one column."""

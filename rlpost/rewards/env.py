@@ -34,6 +34,10 @@ class EnvReward(Reward):
             raise EnvironmentFailure(f"{len(failed)} of {n} episodes failed; first: {failed[0]}")
         return [None if r is None else float(r) for r in rewards]
 
+    def is_verifiable(self, env: Any = None) -> bool:
+        """An episode's reward checks correctness when its environment does (e.g. calculator's final answer)."""
+        return bool(env is not None and env.verifiable)
+
     def check_run(self, run: Any) -> None:
         if run.env is None:
             raise ConfigError(

@@ -73,8 +73,9 @@ def policy_correctness(s: PolicySettings, reward, required_by: str | None = None
     """The correctness criterion of ``s`` over the built ``reward`` (None: no accuracy); ``required_by`` names
     what cannot work without one (a ConfigError then, before any model loads)."""
     from rlpost.correctness import find_correctness, no_accuracy_reason
+    from rlpost.rewards.base import Reward
 
-    verifiable = [getattr(func, "verifiable", False) for func in reward.funcs]
+    verifiable = [isinstance(func, Reward) and func.is_verifiable() for func in reward.funcs]
     correct = find_correctness(verifiable, reward.names, s.correct_term, s.correct_threshold, key="")
     if correct is None and required_by is not None:
         raise ConfigError(

@@ -17,6 +17,7 @@ import torch
 from trl import GRPOTrainer
 
 from rlpost.batch import GenerationBatch
+from rlpost.flops import flops_per_token, model_parameters
 from rlpost.replay import ReplayWriter
 from rlpost.reward_guard import guard_rewards, take_failure_counts
 from rlpost.run import BuiltRun
@@ -60,6 +61,9 @@ class RLPostTrainer(
                 self, correction.cfg.rollout_precision, correction.peer, correction.peer_per_group
             )
         self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
+        self.flops_per_token = flops_per_token(  # train_flops, logged with TRL's num_tokens (rlpost/flops.py)
+            model_parameters(self.model), self.num_iterations, run.needs_reference
+        )
 
     # ---- seam 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):

@@ -25,6 +25,7 @@ class ScoringSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``batch`` and TRL state."""
 
     batch: GenerationBatch | None  # the generation batch in flight (RLPostTrainer.__init__ starts it as None)
+    flops_per_token: float  # model FLOPs per generated token of a step (rlpost/flops.py), set in __init__
 
     def _generate_and_score_completions(self, inputs):
         output = self._score_generation_batch(inputs, first=True)
@@ -61,6 +62,8 @@ class ScoringSeams(SeamBase):
         if not first:
             return output
         mode = "train" if training else "eval"
+        # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/flops.py)
+        self._metrics[mode]["train_flops"] = [self.state.num_input_tokens_seen * self.flops_per_token]
         for name, value in result.metrics.items():
             self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)
         if training:

@@ -37,12 +37,11 @@ def test_safety_rows_pair_harmful_and_benign_with_their_rubric():
             assert row["answer"] == expected[0] and parse_rubric(row["rubric"])[0].name == expected[1]
 
 
-@pytest.mark.parametrize(
-    ("recipe", "group_key"), [("rubric_writing", None), ("safety_refusal", "eval/accuracy/harmful")]
-)
+@pytest.mark.parametrize(("recipe", "group_key"), [("rubric_writing", None), ("safety_refusal", "eval/reward/harmful")])
 def test_recipe_runs_one_step_on_the_tiny_model(recipe, group_key, tmp_path):
     metrics = {k: v for row in one_step(recipe, tmp_path, TINY_JUDGE) for k, v in row.items()}
     assert math.isfinite(metrics["rewards/rubric/mean"]) and 0.0 <= metrics["rewards/rubric/mean"] <= 1.0
-    assert metrics["rubric/judge_calls"] > 0 and math.isfinite(metrics["eval/accuracy"])
+    assert metrics["rubric/judge_calls"] > 0 and math.isfinite(metrics["eval/reward"])
+    assert not [k for k in metrics if k.startswith("eval/accuracy")]  # a judged score is a reward, not an accuracy
     if group_key:
-        assert group_key in metrics and "eval/accuracy/benign" in metrics
+        assert group_key in metrics and "eval/reward/benign" in metrics

@@ -1,5 +1,6 @@
 """eval.sets and sampled held-out metrics during training: a real 2-step run on the tiny model logs every
-set at the start, every step and the end; bad sets are refused before any model loads."""
+set at the start, every step and the end, and the compute axis (train_flops); bad sets are refused
+before any model loads."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ from support_runs import TINY_CLI
 
 from rlpost import cli
 from rlpost.callbacks import held_out_summary
+from rlpost.flops import flops_per_token, model_parameters
 
 HASH = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
 ARITH = "{name: arith, data: chain_sum, reward: math_answer, size: 3, samples: 2, pass_k: [1, 2]}"
@@ -48,6 +50,17 @@ def test_the_objective_and_the_best_checkpoint_follow_the_reward_without_a_crite
     assert "eval/arith/accuracy" in summary["before"] and "eval/arith/accuracy" in summary["after"]
     items = json.loads((run_dir / "eval_items.json").read_text())
     assert items and all(set(i) == {"index", "reward"} for i in items)
+
+
+def test_train_flops_is_logged_with_the_tokens_it_counts(run_dir):
+    from transformers import AutoModelForCausalLM
+
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    train = [r for r in rows if "loss" in r]
+    n = model_parameters(AutoModelForCausalLM.from_pretrained(run_dir / "checkpoints" / "final"))
+    per_token = flops_per_token(n, 1, False)  # one pass, no reference model
+    assert [r["train_flops"] for r in train] == pytest.approx([r["num_tokens"] * per_token for r in train])
+    assert 0 < train[0]["train_flops"] < train[1]["train_flops"]  # cumulative
 
 
 def test_the_progress_bar_shows_each_split_once():

@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 from rlpost.cli import main as cli
-from rlpost.compare import curve, find_runs, group_methods, write_comparison
+from rlpost.compare import _item_value, curve, find_runs, group_methods, write_comparison
 from rlpost.stats import bootstrap_ci, iqm, mcnemar_exact, sign_test
 
 
@@ -76,8 +76,14 @@ def write_run(folder, algorithm: str, seed: int) -> None:
     (folder / "config.yaml").write_text(yaml.safe_dump({"seed": seed, "algorithm": {"name": algorithm}}))
     accuracy = ACCURACY[(algorithm, seed)]
     rows = [
-        {"step": 1, "reward": 0.1 * (seed + 1), "num_tokens": 100.0, "step_time": 2.0},
-        {"step": 2, "reward": 0.2 * (seed + 1), "num_tokens": 220.0 + seed, "step_time": 3.0},
+        {"step": 1, "reward": 0.1 * (seed + 1), "num_tokens": 100.0, "train_flops": 800.0, "step_time": 2.0},
+        {
+            "step": 2,
+            "reward": 0.2 * (seed + 1),
+            "num_tokens": 220.0 + seed,
+            "train_flops": 1760.0 + 8 * seed,
+            "step_time": 3.0,
+        },
         {"step": 2, "eval/accuracy": accuracy, "eval/reward": accuracy},
     ]
     (folder / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
@@ -129,6 +135,8 @@ def test_curves_average_seeds_on_the_chosen_x_axis(runs):
     assert low[1] <= 0.4 <= high[1]
     x_seconds, _, _, _ = curve(grpo, "reward", "seconds")
     assert x_seconds == pytest.approx([2.0, 5.0])  # cumulative step_time
+    x_flops, _, _, _ = curve(grpo, "reward", "flops")
+    assert x_flops == pytest.approx([800.0, 1768.0])  # train_flops as logged: 1760 + 8 k, k = 0, 1, 2 -> 1768
 
 
 def test_cli_compares_and_refuses_bad_input(runs, tmp_path, capsys):
@@ -140,5 +148,14 @@ def test_cli_compares_and_refuses_bad_input(runs, tmp_path, capsys):
     assert "one method, nothing to compare" in capsys.readouterr().err
     assert cli(["compare", f"runs=[{','.join(str(r) for r in runs)}]", "metrics=[eval/acuracy]"]) != 0
     assert "logged by none of the runs" in capsys.readouterr().err
-    assert cli(["compare", f"runs=[{runs[0]}]", "x_axis=flops"]) != 0
-    assert "Valid choices: step, tokens, seconds" in capsys.readouterr().err
+    assert cli(["compare", f"runs=[{runs[0]}]", "x_axis=energy"]) != 0
+    assert "Valid choices: step, tokens, flops, seconds" in capsys.readouterr().err
+
+
+def test_items_are_compared_on_correctness_else_on_the_reward():
+    # with a criterion: `correct` (1/0), whatever the reward; without one: the reward; old files: `score`
+    assert _item_value({"index": 0, "reward": 0.3, "score": 0.9, "correct": False}) == 0.0
+    assert _item_value({"index": 0, "reward": 0.3, "score": 1.0, "correct": True}) == 1.0
+    assert _item_value({"index": 0, "reward": 0.3, "score": 1.0, "correct": None}) is None  # unscored
+    assert _item_value({"index": 0, "reward": 0.3}) == 0.3
+    assert _item_value({"index": 0, "score": 0.5, "reward": 0.3}) == 0.5
