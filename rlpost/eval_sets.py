@@ -118,6 +118,13 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
     composed = _compose_options(cfg.data, cfg.reward, seed, where)
     data_node = {**composed["data"], **(cfg.data_params or {})}
     data = build_config(DataConfig, data_node, f"{where}.data")
+    if data.source == "benchmark":  # its wheel is here, before any model loads
+        from rlpost.benchmarks import check_benchmark
+
+        try:
+            check_benchmark(data.task)
+        except ConfigError as err:
+            raise ConfigError(f"{where}: {err}") from None
     if data.eval_size < cfg.size:
         raise ConfigError(
             f"{where}.size={cfg.size} but data={cfg.data} holds {data.eval_size} held-out prompts; "

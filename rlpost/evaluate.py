@@ -89,7 +89,10 @@ def evaluate(
     for j, func in enumerate(reward_funcs):
         values = func(prompts=[r["prompt"] for r in rows], completions=wrapped, completion_ids=None, **columns)
         scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
-    result = {f"{prefix}/{name}": torch.nanmean(scores[:, j]).item() for j, name in enumerate(reward_names)}
+    result = {
+        f"{prefix}/{name}": _term_mean(scores[:, j], columns.get(getattr(func, "mean_weights", None) or ""))
+        for j, (name, func) in enumerate(zip(reward_names, reward_funcs))
+    }
     rewards = combine(scores, 1)[0]  # [N] the training reward, one sample each
     per_row = rewards  # [N] what group_by breaks down: correctness (1/0, NaN unscored) or the reward
     if correct is not None:
@@ -107,6 +110,16 @@ def evaluate(
     if env is not None:
         result.update(episode_eval_metrics(episodes))
     return result
+
+
+def _term_mean(values: torch.Tensor, weights: list | None) -> float:
+    """Mean of one term's scores ``[N]`` over the scored rows; weighted by a row column when the term names one
+    (``Reward.mean_weights``: IFEval's instruction-level accuracy counts instructions, not prompts)."""
+    if weights is None:
+        return torch.nanmean(values).item()
+    w = torch.tensor([float(x) for x in weights])
+    scored = ~torch.isnan(values)
+    return ((values[scored] * w[scored]).sum() / w[scored].sum().clamp(min=1e-12)).item()
 
 
 def _item(index: int, scores: torch.Tensor, reward: torch.Tensor, correct: Correctness | None) -> dict[str, Any]:

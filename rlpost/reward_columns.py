@@ -49,6 +49,10 @@ class RewardColumn(Reward):
         self.__name__ = name
         self.requires = table.reward.requires
         self.rollout_fields = table.reward.rollout_fields
+        self.mean_weights = table.reward.column_mean_weights(c)  # e.g. IFEval's instruction-level columns
+
+    def is_verifiable(self, env: Any = None) -> bool:
+        return self.table.reward.is_verifiable(env)
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         reward = self.table.reward  # the trainer sets these on the functions it holds, the columns

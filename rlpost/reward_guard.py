@@ -79,6 +79,7 @@ class GuardedReward:
         self.__name__ = getattr(func, "__name__", type(func).__name__)
         # a group reward scores whole groups (rewards/group.py): never retried one sample at a time
         self.group = isinstance(func, Reward) and func.is_group_reward
+        self.mean_weights = getattr(func, "mean_weights", None)  # held-out means weighted by a row column
         self.failures = 0  # failed samples since the last ``take_failures()``
 
     def take_failures(self) -> int:

@@ -37,6 +37,9 @@ class Reward(Component):
     # extra rollout columns the trainer adds to the reward inputs: "logprob" -> rlpost_logprob [N],
     # each completion's mean token log-prob under the rollout policy
     rollout_fields: tuple[str, ...] = ()
+    # a row column whose values weight this term's held-out mean (None: every prompt counts once), e.g.
+    # IFEval's instruction count: its instruction-level accuracy is a share of instructions, not of prompts
+    mean_weights: str | None = None
 
     def __init__(self, cfg: Any) -> None:  # cfg: the subclass's own Config
         super().__init__(cfg)
@@ -56,6 +59,10 @@ class Reward(Component):
     def output_columns(self) -> list[tuple[str, float]] | None:
         """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:
         rlpost/reward_columns.py makes one TRL reward function of each), else None: one column."""
+        return None
+
+    def column_mean_weights(self, c: int) -> str | None:
+        """With ``output_columns()``: column ``c``'s ``mean_weights`` (None: every prompt counts once)."""
         return None
 
     def column_scores(self, prompts: list, completions: list, **kwargs: Any) -> list[list[float | None]]:
