@@ -26,6 +26,8 @@ ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "methods"
 COMMON = ["logging.tensorboard=false", "logging.plots=false"]
 QWEN_JUDGE = "reward.terms.0.params.judge.model.source=qwen2_5_coder"  # a judge that tells the criteria apart
+# the whole IFEval benchmark as the run's eval set (conf/eval_sets/ifeval.yaml holds the first 100)
+FULL_IFEVAL = "eval.sets=[{name: ifeval, data: ifeval, reward: ifeval, size: 541, max_new_tokens: 160}]"
 ACRL_BAND = ["algorithm.correction.band_low=5e-3", "algorithm.correction.band_high=2e-2"]
 
 
@@ -34,7 +36,7 @@ class Pair:
     name: str
     title: str
     method: list[str]
-    baseline: list[str]
+    baseline: list[str] | None  # None: the method alone (before -> after is the comparison)
     metrics: list[str]
     eval_keys: list[str] = field(default_factory=lambda: ["eval/accuracy"])
     baseline_label: str = "grpo"
@@ -210,6 +212,22 @@ def pairs(steps: int) -> list[Pair]:
                 ]
             },
         ),
+        Pair(
+            "ifeval",
+            "RLVR for instruction following: data=ifeval_train, scored on the real 541 IFEval prompts",
+            ["recipe=ifeval_train", f"train.steps={steps}", FULL_IFEVAL],
+            None,
+            [
+                "reward",
+                "rewards/ifeval/prompt_strict/mean",
+                "rewards/ifeval/instruction_strict/mean",
+                "completions/mean_length",
+            ],  # fmt: skip
+            eval_keys=[
+                f"eval/ifeval/ifeval/{c}"
+                for c in ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")
+            ],  # fmt: skip
+        ),
     ]
 
 
@@ -265,10 +283,9 @@ def main() -> None:
     chosen = [p for p in pairs(args.steps) if p.name in args.only.split(",")]
     report = []
     for pair in chosen:
-        runs = {
-            pair.name: run(f"{pair.name}-{args.steps}", pair.method),
-            pair.baseline_label: run(f"{pair.name}-grpo-{args.steps}", pair.baseline),
-        }
+        runs = {pair.name: run(f"{pair.name}-{args.steps}", pair.method)}
+        if pair.baseline is not None:
+            runs[pair.baseline_label] = run(f"{pair.name}-grpo-{args.steps}", pair.baseline)
         for k, (label, overrides) in enumerate(pair.extra.items()):
             runs[label] = run(f"{pair.name}-extra{k}-{args.steps}", overrides)
         report.append(table(pair, runs))
