@@ -182,6 +182,11 @@ def build_eval(run: BuiltRun) -> None:
         raise ConfigError(
             f"Invalid eval.majority_answer={ev.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
+    if ev.samples and run.env is not None:
+        raise ConfigError(
+            f"eval.samples={ev.samples} samples single-turn completions, but data/env={run.data.env.get('name')} "
+            "evaluates whole episodes (greedy); set eval.samples=0."
+        )
     run.eval_sets = build_eval_sets(ev.sets, run.settings.seed, run.reward, build_reward)
 
 

@@ -139,6 +139,10 @@ def test_every_option_composes_and_builds(group, option, required):
         ):  # zero: no extra; multi-node: 16 processes
             build_run(cfg)
         return
+    if group == "data" and OmegaConf.load(path).get("source") == "benchmark":  # a test set: evaluated, never trained
+        with pytest.raises(ConfigError, match=f"data={option} is a test set"):
+            build_run(cfg)
+        return
     run = build_run(cfg)
     if group == "eval_sets":  # its data and reward options composed and built, a criterion found
         own = OmegaConf.to_container(OmegaConf.load(path))

@@ -112,6 +112,19 @@ CASES = [
         ["eval.objective=eval/accuracy (the search objective)", "eval.at_end=false", "eval.objective=reward"],
     ),
     ("eval-larger-than-data", ["train", "eval.size=200"], ["eval.size=200", "data.eval_size=100"]),
+    (
+        "accuracy-without-criterion",
+        ["train", "reward=rubric", "eval.objective=eval/accuracy"],
+        ["eval.objective=eval/accuracy needs a correctness criterion", "terms: rubric", "eval.correct_term=<term>"],
+    ),
+    ("unknown-correct-term", ["train", "eval.correct_term=math"], ["eval.correct_term='math'", "math_answer"]),
+    (
+        "sampled-eval-of-episodes",
+        ["train", "data/env=calculator", "reward=env", "eval.samples=4"],
+        ["eval.samples=4", "data/env=calculator", "eval.samples=0"],
+    ),
+    ("unknown-eval-set", ["train", "eval.sets=[gsm9k]"], ["eval.sets[0]='gsm9k' is no eval set", "gsm8k", "mmlu"]),
+    ("benchmark-as-training-data", ["train", "data=mmlu"], ["data=mmlu is a test set", "eval.sets=[mmlu]"]),
     # data and model sources (checked cheaply before any load)
     (
         "unknown-task",
