@@ -44,14 +44,19 @@ def rows(kind: str | None = None) -> list[tuple[str, str, str, str]]:
     return [(k, name, describe(cls), seed_reference(cls)) for k in kinds for name, cls in REGISTRIES[k].items()]
 
 
+LISTED_VALUES = ("eval_sets",)  # folders of named values that are not Hydra groups (eval.sets=[gsm8k,...])
+
+
 def group_rows(group: str | None = None) -> list[tuple[str, str, str]]:
     """(group, option, description) of every option of ``group`` and the groups below it (all groups
-    when None): ``algorithm`` lists the bundles, then ``algorithm/advantage``, ``algorithm/loss`` ..."""
-    groups = [g for g in config_groups() if group is None or g == group or g.startswith(f"{group}/")]
+    when None): ``algorithm`` lists the bundles, then ``algorithm/advantage``, ``algorithm/loss`` ...;
+    ``eval_sets`` lists the named sets of ``eval.sets``."""
+    listed = [*config_groups(), *LISTED_VALUES]
+    groups = [g for g in listed if group is None or g == group or g.startswith(f"{group}/")]
     return [(g, option, option_description(g, option)) for g in groups for option in group_options(g)]
 
 
 def group_words() -> list[str]:
     """What ``rlpost list <word>`` accepts besides a component kind: each group and each group's top folder."""
-    groups = config_groups()
+    groups = [*config_groups(), *LISTED_VALUES]
     return sorted(set(groups) | {g.split("/")[0] for g in groups})

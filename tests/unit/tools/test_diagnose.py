@@ -52,6 +52,7 @@ def test_thresholds_are_config_fields():
 KNOWN = [
     "model=tiny-random",
     "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_tools:first_c_correct'}}]",
+    "correct_term=callable",  # its score is correctness: the criterion pass@k rests on
     "max_new_tokens=4",
     "progress=false",
 ]
@@ -103,6 +104,9 @@ def test_diagnose_bad_input(tmp_path, capsys):
         (["thresholds.min_headrom=0.2"], "Did you mean 'min_headroom'?"),
         (["gradient_prompts=3"], "gradient_prompts=3 must be 0 (skip) or an even number"),
         (["thresholds.min_gradient_agreement=2"], "min_gradient_agreement=2.0 must be in [-1, 1]"),
+        # a judged score has no correctness, so no pass@k to base a verdict on
+        (["reward=rubric"], "rlpost diagnose (pass@1, pass@n, headroom) needs a correctness criterion"),
+        (["correct_term=null"], "needs a correctness criterion"),
     ]
     for args, message in cases:
         assert cli.main(["diagnose", "model=tiny-random", *args, f"hydra.run.dir={tmp_path / 'h'}"]) == 2, args

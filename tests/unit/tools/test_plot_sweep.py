@@ -82,7 +82,7 @@ def sweep(tmp_path_factory):
     root = tmp_path_factory.mktemp("sweep")
     tiny = [o for o in TINY if not o.startswith(("train.steps", "data.eval_size", "eval.size"))]
     hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
-    argv = ["train", "-m", "algorithm=grpo,dr_grpo", *tiny, hash_reward, "train.steps=2"]
+    argv = ["train", "-m", "algorithm=grpo,dr_grpo", *tiny, hash_reward, "eval.correct_term=callable", "train.steps=2"]
     argv += ["data.eval_size=4", "eval.size=4", f"hydra.sweep.dir={root / 'multirun'}"]
     assert cli.main(argv) == 0
     return root / "multirun"
