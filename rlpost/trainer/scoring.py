@@ -27,6 +27,25 @@ class ScoringSeams(SeamBase):
     batch: GenerationBatch | None  # the generation batch in flight (RLPostTrainer.__init__ starts it as None)
     flops_per_token: float  # model FLOPs per generated token of a step (rlpost/flops.py), set in __init__
 
+    def _log_trained_reward(self, mode: str, rewards: torch.Tensor) -> None:
+        """TRL logged ``reward``, ``reward_std`` and ``frac_reward_zero_std`` of its own unit-weight sum of the
+        reward columns; they become those of the reward rlpost trains on (``rewards`` [N], the run's weights,
+        combine and shaping; NaN = unscorable), with TRL's definitions."""
+        valid = rewards[~torch.isnan(rewards)]
+        size = self.num_generations if rewards.numel() % self.num_generations == 0 else rewards.numel()
+        grouped = rewards.view(-1, size)  # [N / G, G]
+        group_std = torch.stack(
+            [g[~torch.isnan(g)].std() if (~torch.isnan(g)).sum() > 1 else g.new_zeros(()) for g in grouped]
+        )
+        values = {
+            "reward": valid.mean().item() if valid.numel() else float("nan"),
+            "reward_std": valid.std().item() if valid.numel() > 1 else float("nan"),
+            "frac_reward_zero_std": torch.isclose(group_std, torch.zeros_like(group_std)).float().mean().item(),
+        }
+        for key, value in values.items():
+            if self._metrics[mode][key]:
+                self._metrics[mode][key][-1] = value
+
     def _generate_and_score_completions(self, inputs):
         output = self._score_generation_batch(inputs, first=True)
         algo = self.run.algorithm
@@ -62,6 +81,7 @@ class ScoringSeams(SeamBase):
         if not first:
             return output
         mode = "train" if training else "eval"
+        self._log_trained_reward(mode, result.rewards.values)
         # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/flops.py)
         self._metrics[mode]["train_flops"] = [self.state.num_input_tokens_seen * self.flops_per_token]
         for name, value in result.metrics.items():

@@ -190,3 +190,19 @@ def test_wandb_offline_and_tensorboard_log_into_the_run_directory(tmp_path):
     assert summary["steps"] == 1
     assert list((tmp_path / "run" / "wandb").glob("offline-run-*")), "no offline wandb run"
     assert list((tmp_path / "run" / "tensorboard").glob("events.out.tfevents.*")), "no tensorboard events"
+
+
+def test_the_logged_reward_is_the_reward_trained_on(tmp_path):
+    # two terms, weights 0.25 and 0: TRL's own `reward` would be their unit-weight sum (the hash reward plus
+    # math_answer); the logged one is the run's weighted reward, mean 0.25 x hash, with the overlong penalty
+    terms = (
+        "reward.terms=[{name: callable, weight: 0.25, params: {path: 'support_rewards:binary_hash_reward'}},"
+        "{name: math_answer, weight: 0.0}]"
+    )
+    run = make_run([terms, "algorithm.overlong.soft_penalty=true", "algorithm.overlong.cache_len=4", "train.steps=2"])
+    trainer = train_rlpost(run, tmp_path)
+    for log in step_logs(trainer):
+        hashed = log["rewards/callable/mean"]
+        # every tiny-model completion hits the limit: penalty -1 (factor 1.0) on top of 0.25 x the hash reward
+        assert log["reward"] == pytest.approx(0.25 * hashed - 1.0) == pytest.approx(log["rlpost/reward"])
+        assert log["reward"] != pytest.approx(hashed + log["rewards/math_answer/mean"])
