@@ -218,7 +218,7 @@ def pairs(steps: int) -> list[Pair]:
             ["recipe=ifeval_train", f"train.steps={steps}", FULL_IFEVAL],
             None,
             [
-                "reward",
+                "rlpost/reward",  # the reward trained on (runs before the logging fix logged TRL's column sum as reward)
                 "rewards/ifeval/prompt_strict/mean",
                 "rewards/ifeval/instruction_strict/mean",
                 "completions/mean_length",
