@@ -37,6 +37,10 @@ if TYPE_CHECKING:
     import datasets
 
 EVAL_SEED_OFFSET = 1_000_003
+# reasoning-gym draws item i of a dataset seeded s from Random(s + i), so data.seed=0 and data.seed=1 would
+# share all but one item; each data seed starts its own stream SEED_STRIDE apart (train at s * stride,
+# held-out at s * stride + EVAL_SEED_OFFSET), so a fresh seed is a fresh split
+SEED_STRIDE = 10_000_019
 SKIPPED: dict[str, int] = {}  # malformed rows skipped per file (data.on_bad_row=skip), for the summary
 logger = logging.getLogger(__name__)
 _SCALARS = (str, int, float, bool)
@@ -146,11 +150,12 @@ def _create_task(cfg: DataConfig, seed: int, size: int):
 
 def _reasoning_gym_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     assert cfg.train_size is not None  # required for reasoning_gym (DataConfig.__post_init__)
-    source = _create_task(cfg, cfg.seed, cfg.train_size)
+    base = cfg.seed * SEED_STRIDE  # reasoning-gym seeds item i with seed + i: nearby run seeds must not share items
+    source = _create_task(cfg, base, cfg.train_size)
     where = f"reasoning-gym task {cfg.task}"
     train = [_format_row(source[i], cfg, f"{where} item {i + 1}") for i in range(cfg.train_size)]
     limit = 10 * cfg.eval_size + 1000
-    held_out = _create_task(cfg, cfg.seed + EVAL_SEED_OFFSET, limit)
+    held_out = _create_task(cfg, base + EVAL_SEED_OFFSET, limit)
     seen = {_prompt_key(row) for row in train}
     evals: list[dict] = []
     for i in range(limit):
