@@ -22,7 +22,7 @@ from rlpost.algorithms.critic import CriticConfig, check_critic
 from rlpost.combine.base import COMBINERS, check_advantage_combine
 from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
-from rlpost.correctness import find_correctness
+from rlpost.correctness import find_correctness, verifiable_terms
 from rlpost.data import DataConfig, reasoning_gym_tasks
 from rlpost.envs.base import build_env
 from rlpost.errors import ConfigError
@@ -39,7 +39,6 @@ from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.reward_columns import expand_columns
 from rlpost.reward_guard import reward_policies
 from rlpost.reward_terms import build_reward_terms
-from rlpost.rewards.base import Reward
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
@@ -174,7 +173,7 @@ def build_eval(run: BuiltRun) -> None:
     """``eval.*``: the correctness criterion behind eval/accuracy, the objective ``auto`` resolves to, and
     the extra held-out sets (each with its data and reward built, before any model loads)."""
     ev = run.settings.eval
-    verifiable = [isinstance(func, Reward) and func.is_verifiable(run.env) for func in run.reward.funcs]
+    verifiable = verifiable_terms(run.reward.funcs, run.env)
     run.correct = find_correctness(verifiable, run.reward.names, ev.correct_term, ev.correct_threshold)
     objective = resolve_objective(ev.objective, run.correct, run.reward.names)
     run.settings = replace(run.settings, eval=replace(ev, objective=objective))

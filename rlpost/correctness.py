@@ -19,6 +19,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import torch
 
@@ -49,6 +50,13 @@ class Correctness:
         if not scored.any():
             return float("nan")
         return self.correct(scores)[scored].float().mean().item()
+
+
+def verifiable_terms(funcs: Sequence[Any], env: Any = None) -> list[bool]:
+    """``[R]``: which reward columns check correctness (``Reward.is_verifiable``; ``env`` for the env term)."""
+    from rlpost.rewards.base import Reward
+
+    return [isinstance(func, Reward) and func.is_verifiable(env) for func in funcs]
 
 
 def find_correctness(

@@ -22,10 +22,9 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from rlpost.confdir import CONF_DIR
-from rlpost.correctness import AUTO, Correctness, find_correctness
+from rlpost.correctness import AUTO, Correctness, find_correctness, verifiable_terms
 from rlpost.data import DataConfig
 from rlpost.errors import ConfigError
-from rlpost.rewards.base import Reward
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.run import RewardParts
 from rlpost.schema import Range, build_config, to_container
@@ -131,8 +130,9 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
             f"lower size or set {where}.data_params.eval_size."
         )
     reward = build_reward(composed["reward"]) if cfg.reward is not None else run_reward
-    verifiable = [isinstance(f, Reward) and f.is_verifiable() for f in reward.funcs]
-    correct = find_correctness(verifiable, reward.names, cfg.correct_term, cfg.correct_threshold, where)
+    correct = find_correctness(
+        verifiable_terms(reward.funcs), reward.names, cfg.correct_term, cfg.correct_threshold, where
+    )
     return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct)
 
 

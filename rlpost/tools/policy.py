@@ -72,11 +72,11 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
 def policy_correctness(s: PolicySettings, reward, required_by: str | None = None):
     """The correctness criterion of ``s`` over the built ``reward`` (None: no accuracy); ``required_by`` names
     what cannot work without one (a ConfigError then, before any model loads)."""
-    from rlpost.correctness import find_correctness, no_accuracy_reason
-    from rlpost.rewards.base import Reward
+    from rlpost.correctness import find_correctness, no_accuracy_reason, verifiable_terms
 
-    verifiable = [isinstance(func, Reward) and func.is_verifiable() for func in reward.funcs]
-    correct = find_correctness(verifiable, reward.names, s.correct_term, s.correct_threshold, key="")
+    correct = find_correctness(
+        verifiable_terms(reward.funcs), reward.names, s.correct_term, s.correct_threshold, key=""
+    )
     if correct is None and required_by is not None:
         raise ConfigError(
             f"{required_by} needs a correctness criterion, but {no_accuracy_reason(reward.names)}; name the term "
