@@ -10,12 +10,33 @@ kills the evaluation (rlpost/reward_guard.py), and ZeRO-3 shards are gathered fo
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Any
 
+from rlpost.correctness import Correctness
 from rlpost.evaluate import evaluate, evaluate_sampled
 from rlpost.launch.deepspeed import gathered_parameters
 from rlpost.reward_guard import guard_rewards
-from rlpost.run import BuiltRun
+from rlpost.run import BuiltRun, RewardParts
+
+
+@dataclass(frozen=True)
+class Split:
+    """One held-out split to score: the run's own or an eval set's rows with its reward, criterion and sampling."""
+
+    rows: Any
+    reward: RewardParts
+    correct: Correctness | None
+    prefix: str  # eval (the run's split) or eval/<set>
+    size: int
+    max_new_tokens: int
+    single: bool = True  # one completion per prompt (greedy, or sampled when greedy=false)
+    greedy: bool = True
+    samples: int = 0  # n sampled completions per prompt -> <prefix>/sampled/...
+    pass_k: tuple[int, ...] = (1,)
+    majority_answer: str | None = "last_number"
+    group_by: str | None = None
+    env: Any = None  # data/env: each held-out prompt is one episode (the run's split only)
 
 
 def evaluate_run(
@@ -23,56 +44,58 @@ def evaluate_run(
 ) -> dict[str, float]:
     """Every held-out metric of ``model`` (``set_rows``: each eval set's held-out split, in ``run.eval_sets``
     order); ``items`` receives the run split's per-prompt rows (rlpost/evaluate.py)."""
-    settings, ev = run.settings, run.settings.eval
-    show = settings.logging.progress
+    ev, train = run.settings.eval, run.settings.train
+    own = Split(
+        eval_set, run.reward, run.correct, "eval", ev.size, train.max_completion_length, greedy=ev.greedy,
+        samples=ev.samples, pass_k=tuple(ev.pass_k), majority_answer=ev.majority_answer, group_by=ev.group_by,
+        env=run.env,
+    )  # fmt: skip
+    sets = [
+        Split(
+            rows,
+            spec.reward,
+            spec.correct,
+            spec.prefix,
+            spec.cfg.size,
+            spec.cfg.max_new_tokens or train.max_completion_length,
+            single=spec.cfg.greedy,
+            samples=spec.cfg.samples,
+            pass_k=tuple(spec.cfg.pass_k),
+            majority_answer=spec.cfg.majority_answer,
+        )  # fmt: skip
+        for spec, rows in zip(run.eval_sets, set_rows)
+    ]
+    result: dict[str, float] = {}
     with gathered_parameters(run.hardware, model):
-        with run.reward.held_out():
-            funcs = guard_rewards(run.reward.funcs, run.reward.failure)
-            result = evaluate(
-                model, tokenizer, eval_set, funcs, run.reward.names, run.reward.scored,
-                max_new_tokens=settings.train.max_completion_length, correct=run.correct,
-                batch_size=ev.batch_size, greedy=ev.greedy, temperature=settings.train.temperature,
-                size=ev.size, group_by=ev.group_by, show_progress=show,
-                env=run.env,  # data/env: each held-out prompt is one episode
-                items=items,
-            )  # fmt: skip
-            if ev.samples:
-                result.update(
-                    evaluate_sampled(
-                        model, tokenizer, eval_set, funcs, run.reward.scored, n=ev.samples, ks=list(ev.pass_k),
-                        max_new_tokens=settings.train.max_completion_length, correct=run.correct,
-                        temperature=settings.train.temperature, batch_size=ev.batch_size, size=ev.size,
-                        prefix="eval/sampled", show_progress=show, majority_answer=ev.majority_answer,
-                    )
-                )  # fmt: skip
-        for eval_set_spec, rows in zip(run.eval_sets, set_rows):
-            result.update(_evaluate_set(run, eval_set_spec, rows, model, tokenizer))
+        result.update(_score(own, run, model, tokenizer, items))
+        for split in sets:
+            result.update(_score(split, run, model, tokenizer))
     return result
 
 
-def _evaluate_set(run: BuiltRun, spec, rows, model, tokenizer) -> dict[str, float]:
-    """One ``eval.sets`` set (rlpost/eval_sets.py ``EvalSet``) -> ``eval/<name>/...``."""
-    cfg, reward = spec.cfg, spec.reward
-    settings = run.settings
-    max_new_tokens = cfg.max_new_tokens or settings.train.max_completion_length
+def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | None = None) -> dict[str, float]:
+    """``split``'s single-completion and sampled metrics, its combine's training state left as it was."""
+    ev, temperature, show = run.settings.eval, run.settings.train.temperature, run.settings.logging.progress
+    reward = split.reward
     result: dict[str, float] = {}
     with reward.held_out():
         funcs = guard_rewards(reward.funcs, reward.failure)
-        if cfg.greedy:
+        if split.single:
             result.update(
                 evaluate(
-                    model, tokenizer, rows, funcs, reward.names, reward.scored, max_new_tokens=max_new_tokens,
-                    correct=spec.correct, batch_size=settings.eval.batch_size, size=cfg.size,
-                    show_progress=settings.logging.progress, prefix=spec.prefix,
+                    model, tokenizer, split.rows, funcs, reward.names, reward.scored,
+                    max_new_tokens=split.max_new_tokens, correct=split.correct, batch_size=ev.batch_size,
+                    greedy=split.greedy, temperature=temperature, size=split.size, group_by=split.group_by,
+                    show_progress=show, env=split.env, items=items, prefix=split.prefix,
                 )
             )  # fmt: skip
-        if cfg.samples:
+        if split.samples:
             result.update(
                 evaluate_sampled(
-                    model, tokenizer, rows, funcs, reward.scored, n=cfg.samples, ks=list(cfg.pass_k),
-                    max_new_tokens=max_new_tokens, correct=spec.correct, temperature=settings.train.temperature,
-                    batch_size=settings.eval.batch_size, size=cfg.size, prefix=f"{spec.prefix}/sampled",
-                    show_progress=settings.logging.progress, majority_answer=cfg.majority_answer,
+                    model, tokenizer, split.rows, funcs, reward.scored, n=split.samples, ks=list(split.pass_k),
+                    max_new_tokens=split.max_new_tokens, correct=split.correct, temperature=temperature,
+                    batch_size=ev.batch_size, size=split.size, prefix=f"{split.prefix}/sampled",
+                    show_progress=show, majority_answer=split.majority_answer,
                 )
             )  # fmt: skip
     return result
