@@ -28,6 +28,8 @@ COMMON = ["logging.tensorboard=false", "logging.plots=false"]
 QWEN_JUDGE = "reward.terms.0.params.judge.model.source=qwen2_5_coder"  # a judge that tells the criteria apart
 # the whole IFEval benchmark as the run's eval set (conf/eval_sets/ifeval.yaml holds the first 100)
 FULL_IFEVAL = "eval.sets=[{name: ifeval, data: ifeval, reward: ifeval, size: 541, max_new_tokens: 160}]"
+# the held-out headlines scored by the trading table, for runs trained on any reward (FinSMART's pair)
+MARKET_SET = "eval.sets=[{name: market, data: market_news, reward: outcome_table, correct_threshold: 0.5}]"
 ACRL_BAND = ["algorithm.correction.band_low=5e-3", "algorithm.correction.band_high=2e-2"]
 
 
@@ -227,6 +229,30 @@ def pairs(steps: int) -> list[Pair]:
                 f"eval/ifeval/ifeval/{c}"
                 for c in ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")
             ],  # fmt: skip
+        ),
+        Pair(
+            "finsmart",
+            "FinSMART (seed 000 #15): the market-aligned trading reward on filtered news vs GRPO on the annotator's "
+            "sentiment labels (market-agnostic), synthetic headlines",
+            ["recipe=finsmart", f"train.steps={steps}", MARKET_SET],
+            ["recipe=finsmart", "data/transform=none", "reward=exact_match", f"train.steps={steps}", MARKET_SET],
+            [
+                "rlpost/reward",
+                "outcome_table/positive_frac",
+                "outcome_table/neutral_frac",
+                "outcome_table/negative_frac",
+                "outcome_table/unparsed_frac",
+            ],
+            eval_keys=["eval/market/reward", "eval/market/accuracy"],
+            baseline_label="grpo on annotated labels",
+            extra={
+                "outcome_table without the market filter": [
+                    "recipe=finsmart",
+                    "data/transform=none",
+                    f"train.steps={steps}",
+                    MARKET_SET,
+                ]
+            },
         ),
     ]
 

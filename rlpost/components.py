@@ -77,6 +77,7 @@ import rlpost.rewards.ifeval  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.outcome_table  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
 import rlpost.rewards.pared  # noqa: F401
 import rlpost.rewards.qe_lid  # noqa: F401
@@ -100,4 +101,5 @@ import rlpost.rollouts.struct_refine  # noqa: F401
 
 # data transforms
 import rlpost.transforms.ect  # noqa: F401
+import rlpost.transforms.market_filter  # noqa: F401
 import rlpost.transforms.none  # noqa: F401

@@ -12,6 +12,7 @@ applicable to this sample".
 
 from __future__ import annotations
 
+import re
 from typing import Any, ClassVar
 
 from rlpost.component import Component
@@ -107,6 +108,12 @@ def strip_think(text: str) -> str:
     if "<think>" in text:
         return text.split("<think>", 1)[0]
     return text
+
+
+def tag_content(text: str, tag: str) -> str | None:
+    """The content of the last ``<tag>...</tag>`` block of ``text``, stripped; None when there is none."""
+    blocks = re.findall(rf"<{re.escape(tag)}>(.*?)</{re.escape(tag)}>", text, re.DOTALL)
+    return blocks[-1].strip() if blocks else None
 
 
 def column(kwargs: dict[str, Any], name: str, n: int, reward: str) -> list[Any]:

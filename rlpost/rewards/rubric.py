@@ -17,7 +17,9 @@ A rubric is YAML or JSON, from a file (``rubric``) or per item from a data colum
 
 Choices where the seeds are silent: one judge prompt per (completion, criterion), so criteria
 cannot bias one another and the cache hits per criterion; the judge sees the prompt's last user
-message, the completion with its reasoning trace stripped (``strip_think``) and truncated to
+message, the completion with its reasoning trace stripped (``strip_think``), or with ``answer_tag`` only
+the content of its last ``<answer_tag>...</answer_tag>`` block (a completion without one scores 0 on
+every criterion, no judge call: IAP's tag schema, seed 004 #26), truncated to
 ``max_response_chars``, and, when ``reference_column`` is set, the gold answer labelled as the
 reference (the rubric may then ask for agreement with it). Judge counters are logged per batch as
 ``rubric/judge_calls``, ``rubric/judge_failures`` and ``rubric/judge_cache_hits``, and each
@@ -40,6 +42,7 @@ from __future__ import annotations
 import ast
 import json
 import os
+import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
@@ -47,7 +50,7 @@ import yaml
 
 from rlpost.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text, strip_think, tag_content
 from rlpost.schema import Range
 
 DEFAULT_TEMPLATE = (
@@ -135,6 +138,7 @@ class Rubric(Reward):
         reference_column: str | None = "answer"  # gold column shown to the judge as the reference (null: none)
         template: str = DEFAULT_TEMPLATE  # judge prompt; {question} {reference} {response} {criterion} {answer_format}
         strip_think: bool = True  # judge only the text after </think>
+        answer_tag: str | None = None  # judge only the last <answer_tag>...</answer_tag> block; none: every criterion 0
         max_response_chars: Annotated[int, Range(ge=1)] = 2000  # longer responses are cut to this many characters
         columns: Literal["mean", "criteria"] = "mean"  # one weighted-mean column, or one column per criterion
         # columns=criteria with per-row rubrics: the criterion names the rows use, each with its weight
@@ -148,6 +152,8 @@ class Rubric(Reward):
             self.default = parse_rubric(cfg.rubric) if cfg.rubric else None
         except ValueError as err:
             raise ParamError("rubric", str(err)) from None
+        if cfg.answer_tag is not None and not re.fullmatch(r"[\w.:-]+", cfg.answer_tag):
+            raise ParamError("answer_tag", f"{cfg.answer_tag!r} is not a plain tag name (letters, digits, _ . : -)")
         for key in ("question", "response", "criterion", "answer_format"):
             if "{" + key + "}" not in cfg.template:
                 raise ParamError("template", f"must contain {{{key}}}")
@@ -243,9 +249,15 @@ class Rubric(Reward):
         refs = column(kwargs, cfg.reference_column, n, "rubric") if cfg.reference_column else [None] * n
         jobs: list[tuple[int, Criterion]] = []
         judge_prompts: list[str] = []
+        unanswered: list[int] = []  # answer_tag set and no such block: nothing to judge, every criterion 0
         for i, completion in enumerate(completions):
-            response = completion_text(completion)
+            response: str | None = completion_text(completion)
             response = strip_think(response) if cfg.strip_think else response
+            if cfg.answer_tag is not None:
+                response = tag_content(response, cfg.answer_tag)
+                if response is None:
+                    unanswered.append(i)
+                    continue
             for criterion in self.rubric_for(rubrics[i]):
                 jobs.append((i, criterion))
                 judge_prompts.append(self.judge_prompt(prompt_text(prompts[i]), response, criterion, refs[i]))
@@ -257,6 +269,10 @@ class Rubric(Reward):
             rows[i].append((criterion, s))
             if s is not None:
                 by_name.setdefault(criterion.name, []).append(s)
+        for i in unanswered:
+            rows[i] = [(criterion, 0.0) for criterion in self.rubric_for(rubrics[i])]
+            for criterion in rows[i]:
+                by_name.setdefault(criterion[0].name, []).append(0.0)
         self._log(kwargs, before, by_name)
         return rows
 

@@ -102,6 +102,24 @@ def test_writingbench_checklist_and_per_item_rubrics(server, tmp_path):  # noqa:
     assert reward(["q", "q"], ["please, Paris", "42"], rubric=[checklist, file_rubric]) == [1.0, 0.75]
 
 
+def test_answer_tag_judges_only_the_last_answer_block(server, tmp_path):  # noqa: F811
+    reward = make(
+        server, tmp_path, rubric=write(tmp_path, "r.yaml", RUBRIC), reference_column=None, answer_tag="answer"
+    )
+    completions = [
+        "<intent>x</intent><think>y</think><answer>please, 42</answer>",  # both criteria -> (1 + 3) / 4 = 1.0
+        "<intent>please 42</intent><think>t</think><answer>nothing</answer>",  # the judge sees "nothing" -> 0.0
+        "please 42",  # no <answer> block: every criterion 0, no judge call -> 0.0
+        "<answer>42</answer> then <answer>please</answer>",  # the last block, "please" -> 1/4
+    ]
+    logged = {}
+    assert reward(["q"] * 4, completions, log_metric=logged.__setitem__) == [1.0, 0.0, 0.0, 0.25]
+    assert len(requests_for("keyword")) == 6  # 3 answered completions x 2 criteria
+    assert logged["rubric/polite"] == 0.5  # (1 + 0 + 0 + 1) / 4: the unanswered one counts as 0
+    with pytest.raises(Exception, match="answer_tag.*'a b' is not a plain tag name"):
+        make(server, tmp_path, answer_tag="a b")
+
+
 def test_scale_mode_shows_score_bands(server, tmp_path):  # noqa: F811
     checklist = [{"name": "Tone", "criteria_description": "It is polite", "1-2": "rude", "9-10": "polite"}]
     cls = REWARDS.get("rubric")
