@@ -254,6 +254,21 @@ def pairs(steps: int) -> list[Pair]:
                 ]
             },
         ),
+        Pair(
+            "iap",
+            "IAP (seed 004 #26): the intent / think / answer schema with format + personalization-judge rewards vs "
+            "GRPO on the personalization judge alone (no schema), local SmolLM2 judge",
+            ["recipe=iap", f"train.steps={steps}"],
+            [
+                "recipe=iap",
+                f"train.steps={steps}",
+                "data.template='{question}'",  # no schema asked for
+                "reward.terms.0.weight=0",  # format: logged, not trained on
+                "reward.terms.1.params.answer_tag=null",  # the judge reads the whole response
+            ],
+            ["rlpost/reward", "rewards/format/mean", "rewards/rubric/mean", "completions/mean_length"],
+            eval_keys=["eval/rubric", "eval/format"],
+        ),
     ]
 
 

@@ -354,7 +354,8 @@ HELD_OUT = 2  # the third asker of every topic is an eval row
 
 def rows() -> tuple[list[dict], list[dict]]:
     """(train rows [24], eval rows [12]): question + cue, the hidden intent and the two-aspect rubric."""
-    train, evals = [], []
+    train: list[dict] = []
+    evals: list[dict] = []
     for topic, askers in TOPICS:
         for k, (cue, intent, aspects) in enumerate(askers):
             rubric = [{"name": f"aspect_{j + 1}", "text": text} for j, text in enumerate(aspects)]

@@ -8,6 +8,11 @@ seed 004 #26's tag schema for an explicit intent). Give exactly one of:
   in that order. With ``match: fullmatch`` only whitespace may surround and separate the blocks
   (the usual R1-style format reward); with ``match: search`` any text may.
 
+``partial: true`` gives graded credit for ``tags``: a completion without the whole shape scores
+``k / (T + 1)``, where ``k`` of the ``T`` tags have a complete ``<tag>...</tag>`` block anywhere in it,
+so a model that has never written the full schema still gets a signal towards it (IAP, seed 004 #26),
+and every block in the wrong order (``T / (T + 1)``) still scores below the whole shape (1.0).
+
 Choices: ``.`` matches newlines (``re.DOTALL``), since completions span lines; block contents may
 be empty (content quality is other rewards' business); the whole completion is checked, trace
 included (no ``strip_think``: the trace is often part of the format). The pattern is compiled when
@@ -20,7 +25,7 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, Reward, completion_text
+from rlpost.rewards.base import REWARDS, Reward, completion_text, tag_content
 
 
 @REWARDS.register("format")
@@ -32,10 +37,13 @@ class Format(Reward):
         pattern: str | None = None  # a Python regex for the completion (or use tags)
         tags: list[str] = field(default_factory=list)  # required <tag>...</tag> blocks, in order
         match: Literal["fullmatch", "search"] = "fullmatch"  # whole completion, or anywhere in it
+        partial: bool = False  # tags: without the whole shape, k / (T + 1) for k of T tags with a complete block
 
         def __post_init__(self):
             if (self.pattern is None) == (not self.tags):
                 raise ValueError("give exactly one of `pattern` or `tags`")
+            if self.partial and not self.tags:
+                raise ValueError("partial=true grades tags; a pattern is all or nothing")
             for tag in self.tags:
                 if not re.fullmatch(r"[\w.:-]+", tag):
                     raise ValueError(f"tag {tag!r} is not a plain tag name (letters, digits, _ . : -)")
@@ -55,6 +63,13 @@ class Format(Reward):
         self.regex = re.compile(source, re.DOTALL)
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        """``completions [N]`` -> rewards ``[N]`` in {1.0, 0.0}."""
+        """``completions [N]`` -> rewards ``[N]`` in {1.0, 0.0} (``partial``: in {0, 1/(T+1), ..., T/(T+1), 1})."""
         check = self.regex.fullmatch if self.cfg.match == "fullmatch" else self.regex.search
-        return [float(check(completion_text(c)) is not None) for c in completions]
+        texts = [completion_text(c) for c in completions]
+        if not self.cfg.partial:
+            return [float(check(text) is not None) for text in texts]
+        tags = self.cfg.tags
+        return [
+            1.0 if check(text) is not None else sum(tag_content(text, t) is not None for t in tags) / (len(tags) + 1)
+            for text in texts
+        ]

@@ -251,13 +251,14 @@ class Rubric(Reward):
         judge_prompts: list[str] = []
         unanswered: list[int] = []  # answer_tag set and no such block: nothing to judge, every criterion 0
         for i, completion in enumerate(completions):
-            response: str | None = completion_text(completion)
+            response = completion_text(completion)
             response = strip_think(response) if cfg.strip_think else response
             if cfg.answer_tag is not None:
-                response = tag_content(response, cfg.answer_tag)
-                if response is None:
+                answer = tag_content(response, cfg.answer_tag)
+                if answer is None:
                     unanswered.append(i)
                     continue
+                response = answer
             for criterion in self.rubric_for(rubrics[i]):
                 jobs.append((i, criterion))
                 judge_prompts.append(self.judge_prompt(prompt_text(prompts[i]), response, criterion, refs[i]))
@@ -271,8 +272,8 @@ class Rubric(Reward):
                 by_name.setdefault(criterion.name, []).append(s)
         for i in unanswered:
             rows[i] = [(criterion, 0.0) for criterion in self.rubric_for(rubrics[i])]
-            for criterion in rows[i]:
-                by_name.setdefault(criterion[0].name, []).append(0.0)
+            for criterion, _ in rows[i]:
+                by_name.setdefault(criterion.name, []).append(0.0)
         self._log(kwargs, before, by_name)
         return rows
 

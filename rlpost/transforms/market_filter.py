@@ -86,7 +86,7 @@ class MarketFilter(Transform):
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
-        self.dropped: dict[Split, Counter] = {}
+        self.dropped: dict[Split, Counter[str]] = {}
 
     def _number(self, row: dict, key: str, split: Split, index: int) -> float:
         value = row.get(key)
@@ -138,7 +138,8 @@ class MarketFilter(Transform):
                     f"(data.transform.event_columns; fields: {', '.join(map(str, row))})."
                 )
         events = Counter(tuple(str(row[k]) for k in cfg.event_columns) for row in rows)
-        kept, dropped = [], Counter()
+        kept: list[dict] = []
+        dropped: Counter[str] = Counter()
         for i, row in enumerate(rows):
             a = self.abnormal(row, split, i)
             shared = bool(cfg.event_columns) and events[tuple(str(row[k]) for k in cfg.event_columns)] > 1

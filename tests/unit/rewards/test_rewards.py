@@ -141,6 +141,12 @@ def test_format_tags_order_and_match():
     assert r(None, completions) == [1.0, 0.0, 0.0, 0.0, 0.0, 1.0]
     loose = make("format", tags=["think", "answer"], match="search")
     assert loose(None, completions) == [1.0, 0.0, 0.0, 1.0, 0.0, 1.0]
+    # partial: the whole shape 1.0, else k complete blocks of T = 2 tags score k / (T + 1) = k / 3:
+    # wrong order (both blocks) 2/3, below the shape; a lone think 1/3; text around both blocks 2/3; empty 0
+    partial = make("format", tags=["think", "answer"], partial=True)
+    assert partial(None, completions) == [1.0, 2 / 3, 1 / 3, 2 / 3, 0.0, 1.0]
+    three = make("format", tags=["intent", "think", "answer"], partial=True)  # k / 4
+    assert three(None, ["<answer>x</answer>", "<intent>a</intent> <think>b", "no tags"]) == [0.25, 0.25, 0.0]
 
 
 def test_format_pattern():
@@ -149,7 +155,10 @@ def test_format_pattern():
     assert make("format", pattern=r"\d+", match="search")(None, ["is 42", "none"]) == [1.0, 0.0]
 
 
-@pytest.mark.parametrize("params", [{}, {"pattern": "x", "tags": ["a"]}, {"pattern": "("}, {"tags": ["a b"]}])
+@pytest.mark.parametrize(
+    "params",
+    [{}, {"pattern": "x", "tags": ["a"]}, {"pattern": "("}, {"tags": ["a b"]}, {"pattern": "x", "partial": True}],
+)
 def test_format_bad_config(params):
     with pytest.raises(ConfigError):
         make("format", **params)
