@@ -268,6 +268,17 @@ def pairs(steps: int) -> list[Pair]:
             ],
             ["rlpost/reward", "rewards/format/mean", "rewards/rubric/mean", "completions/mean_length"],
             eval_keys=["eval/rubric", "eval/format"],
+            extra={
+                "iap, Qwen2.5-Coder-0.5B policy, 8 steps": ["recipe=iap", "model=qwen2.5-coder-0.5b", "train.steps=8"],
+                "grpo, Qwen2.5-Coder-0.5B policy, 8 steps": [
+                    "recipe=iap",
+                    "model=qwen2.5-coder-0.5b",
+                    "train.steps=8",
+                    "data.template='{question}'",
+                    "reward.terms.0.weight=0",
+                    "reward.terms.1.params.answer_tag=null",
+                ],
+            },
         ),
     ]
 

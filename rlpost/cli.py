@@ -23,6 +23,7 @@ commands:
   sweep-summary  final/best metrics per job of a multirun (terminal, CSV, markdown): rlpost sweep-summary dir=<multirun dir>
   compare  methods across seeds: mean, IQM, bootstrap 95% CI, paired tests, curves: rlpost compare runs=[...] | dir=...
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
+  synth-rubrics  rubric-annotated RL data from documents (ARES): rlpost synth-rubrics documents=... [out=data.jsonl]
   probe   reward-seeking rates of a run's checkpoints (grader vs user/developer): rlpost probe run=<run dir> [belief=context]
   report  a self-contained HTML page of a run or a sweep: rlpost report path=<run or multirun dir> [out=FILE]
   serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
@@ -40,6 +41,7 @@ COMMANDS: dict[str, str] = {
     "sweep-summary": "sweep_summary",
     "compare": "compare",
     "diagnose": "diagnose",
+    "synth-rubrics": "synth_rubrics",
     "probe": "probe",
     "report": "report",
     "serve": "serve",  # scale-out

@@ -236,7 +236,14 @@ def _file_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
         evals = [rows[i] for i in sorted(held)]
         train = [row for i, row in enumerate(rows) if i not in held][: cfg.train_size]
     seen = {_prompt_key(row) for row in train}
-    return train, [row for row in evals if _prompt_key(row) not in seen]
+    held_out = [row for row in evals if _prompt_key(row) not in seen]
+    if evals and not held_out:
+        raise ConfigError(
+            f"every one of the {len(evals)} held-out rows also appears in the training rows of data.path={cfg.path!r} "
+            "(same prompt), so nothing is held out; give a data.eval_split with other prompts, or none (a seeded "
+            "hold-out)."
+        )
+    return train, held_out
 
 
 @path_kind("data_file", "jsonl: a UTF-8 text file; parquet: a parquet file; hf: a dataset id or a non-empty folder")

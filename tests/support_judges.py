@@ -10,6 +10,13 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
+ARES_REPLY = (
+    "Question: Which foods are good sources of iron for someone who feels tired all the time?\n"
+    "Answer: Red meat, lentils and spinach are good sources of iron; vitamin C helps absorption.\n"
+    "Criteria:\n- [3] Names at least two foods rich in iron.\n- [2] Mentions vitamin C improving absorption.\n"
+    "- [1] Is short and friendly."
+)
+
 
 class Endpoint(BaseHTTPRequestHandler):
     """Behaviour from the first path segment: /<behaviour>/v1/chat/completions."""
@@ -44,6 +51,8 @@ class Endpoint(BaseHTTPRequestHandler):
             criterion = prompt.split("Criterion: ", 1)[1].split("\n")[0]
             word = criterion.rstrip(".").split()[-1]
             reply = "Maybe" if word == "unclear" else ("Yes" if word in response else "No")
+        elif behaviour == "ares":  # one well-formed ARES instance about iron (faithful to the iron document only)
+            reply = ARES_REPLY
         else:
             reply = {"malformed": "Maybe, it depends.", "scale": "Score: 7/10"}.get(behaviour)
         if reply is None:

@@ -125,6 +125,9 @@ def test_jsonl_plain_prompts_and_eval_file(tmp_path):
     train, evals = load_datasets(cfg)
     assert train["prompt"] == [f"Q: q{i}" for i in range(5)]
     assert evals["prompt"] == ["Q: z"]  # "q0" is in train, so it is dropped from eval
+    write_jsonl(eval_path, [{"question": "q0", "answer": "1"}, {"question": "q3", "answer": "1"}])
+    with pytest.raises(ConfigError, match="every one of the 2 held-out rows also appears in the training rows"):
+        load_datasets(cfg)  # nothing would be held out: an empty eval split is an error, not a crash in eval
 
 
 def test_malformed_jsonl_rows_report_their_line(tmp_path):
@@ -163,8 +166,13 @@ def test_parquet_and_hf_folder_sources(tmp_path):
         )
         load_datasets(from_yaml("parquet", path=str(tmp_path / "d.parquet"), eval_size=4))
     datasets.DatasetDict({"train": ds, "test": ds.select(range(3))}).save_to_disk(str(tmp_path / "dd"))
-    train, evals = load_datasets(from_yaml("hf", path=str(tmp_path / "dd"), eval_split="test"))
-    assert (len(train), len(evals)) == (12, 0)  # every test prompt is also in train
+    with pytest.raises(ConfigError, match="every one of the 3 held-out rows also appears"):
+        load_datasets(from_yaml("hf", path=str(tmp_path / "dd"), eval_split="test"))  # every test prompt is in train
+    datasets.DatasetDict({"train": ds.select(range(10)), "test": ds.select(range(8, 12))}).save_to_disk(
+        str(tmp_path / "dd2")
+    )
+    train, evals = load_datasets(from_yaml("hf", path=str(tmp_path / "dd2"), eval_split="test"))
+    assert (len(train), len(evals)) == (10, 2)  # q8 and q9 are in train: dropped from eval
     train, evals = load_datasets(from_yaml("hf", path=str(tmp_path / "dd"), eval_size=2))
     assert len(train) == 10 and not set(questions(train)) & set(questions(evals))
 
