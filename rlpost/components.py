@@ -32,6 +32,7 @@ import rlpost.corrections.tis  # noqa: F401
 import rlpost.envs.calculator  # noqa: F401
 import rlpost.envs.callable  # noqa: F401
 import rlpost.envs.code_repair  # noqa: F401
+import rlpost.envs.formula  # noqa: F401
 import rlpost.envs.frozen_worker  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
 import rlpost.envs.none  # noqa: F401

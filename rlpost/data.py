@@ -104,8 +104,17 @@ def _ifeval_train(seed: int, size: int, **params) -> list[dict]:
     return ifeval_train_rows(seed, size, **params)
 
 
+def _formula_tasks(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.formula_panel import formula_task_rows
+
+    return formula_task_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
-GENERATED: dict[str, tuple[Any, str | None]] = {"ifeval_train": (_ifeval_train, "ifeval")}
+GENERATED: dict[str, tuple[Any, str | None]] = {
+    "ifeval_train": (_ifeval_train, "ifeval"),
+    "formula_tasks": (_formula_tasks, None),
+}
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:

@@ -18,6 +18,7 @@ from rlpost.evaluate import evaluate, evaluate_sampled
 from rlpost.launch.deepspeed import gathered_parameters
 from rlpost.reward_guard import guard_rewards
 from rlpost.run import BuiltRun, RewardParts
+from rlpost.state import state_restored
 
 
 @dataclass(frozen=True)
@@ -78,7 +79,7 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
     ev, temperature, show = run.settings.eval, run.settings.train.temperature, run.settings.logging.progress
     reward = split.reward
     result: dict[str, float] = {}
-    with reward.held_out():
+    with reward.held_out(), state_restored(split.env):  # nor a stateful environment (a factor database)
         funcs = guard_rewards(reward.funcs, reward.failure)
         if split.single:
             result.update(

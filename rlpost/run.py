@@ -7,7 +7,6 @@ without pulling in the code that built it.
 
 from __future__ import annotations
 
-import copy
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
@@ -20,6 +19,7 @@ from rlpost.correctness import Correctness
 from rlpost.data import DataConfig
 from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.models import ModelConfig
+from rlpost.state import state_restored
 
 if TYPE_CHECKING:
     from rlpost.advantages.base import Advantage
@@ -91,12 +91,8 @@ class RewardParts:
     def held_out(self) -> Iterator[None]:
         """Scoring held-out rows inside the block leaves a stateful combine as it was (focal's saturation
         is estimated from training batches only): its state is restored on exit."""
-        state = copy.deepcopy(self.combine.state_dict()) if self.combine.stateful else None
-        try:
+        with state_restored(self.combine):
             yield
-        finally:
-            if state is not None:
-                self.combine.load_state_dict(state)
 
 
 @dataclass

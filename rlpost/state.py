@@ -9,8 +9,10 @@ temporary name and renamed so a partial file is never read.
 
 from __future__ import annotations
 
+import copy
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -20,6 +22,18 @@ if TYPE_CHECKING:
     from rlpost.component import Component
 
 STATE_FILE = "rlpost_state.pt"
+
+
+@contextmanager
+def state_restored(component: Component | None) -> Iterator[None]:
+    """Whatever happens inside the block, a stateful ``component`` leaves it with the state it entered with
+    (held-out evaluation must not move a training statistic or a training database)."""
+    state = copy.deepcopy(component.state_dict()) if component is not None and component.stateful else None
+    try:
+        yield
+    finally:
+        if state is not None and component is not None:
+            component.load_state_dict(state)
 
 
 def stateful(named: Iterable[tuple[str, Component]]) -> dict[str, Component]:

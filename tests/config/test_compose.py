@@ -37,6 +37,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/advantage", "dpo"): ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
     ("data/env", "calculator"): ["reward=env"],
+    ("data/env", "formula"): ["reward=env", "data=formula_tasks"],  # its tasks name a window of its panel
     ("data/env", "search"): ["reward=env"],
     ("data/env", "frozen_worker"): ["reward=env"],
     ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
