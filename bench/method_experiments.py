@@ -280,6 +280,21 @@ def pairs(steps: int) -> list[Pair]:
                 ],
             },
         ),
+        Pair(
+            "quantevolver",
+            "QuantEvolver (seed 004 #20): Diversity-Complementarity reward + compact memory of the factor database vs "
+            "GRPO on the plain IC reward, synthetic panel",
+            ["recipe=quantevolver", f"train.steps={steps}", f"train.save_steps={steps}"],
+            [
+                "recipe=quantevolver",
+                f"train.steps={steps}",
+                f"train.save_steps={steps}",
+                "data.env.memory_size=0",
+                "data.env.diversity_weight=0",
+            ],
+            ["rlpost/reward", "env/tool_errors", "env/tool_calls", "completions/mean_length"],
+            eval_keys=["eval/reward"],
+        ),
     ]
 
 

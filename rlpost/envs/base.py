@@ -79,6 +79,12 @@ class Environment(Component):
         """React to one assistant message (its text); the episode ends when ``done`` is true."""
         raise NotImplementedError
 
+    def truncated_reward(self) -> float | None:
+        """The reward of a turn cut off at the generation cap (no end-of-turn token, so ``step`` never saw it);
+        None: nothing (the episode's reward is what earlier turns earned). An environment whose failures
+        cost something overrides it, so that rambling past the cap never beats a wrong answer."""
+        return None
+
     def check_run(self, run: Any) -> None:
         """Refuse what episodes cannot be combined with, saying why (a subclass extends it with super())."""
         where, algo = f"data/env={self.registry_name}", run.algorithm

@@ -23,7 +23,8 @@ Choices where the abstract is silent: one factor per episode (``max_turns: 1``; 
 a policy update, not feedback in the prompt); the IC on the task's own window is the reward and the
 IC on the ``horizon`` days after it, ``oos_ic``, is reported in the step's info (out of sample); the
 database admits during held-out evaluation nothing (restored). Counted as a tool call: a parsed
-factor; as a tool error: an invalid one (``env/tool_errors``).
+factor; as a tool error: an invalid one (``env/tool_errors``). A reply cut off at the token cap
+(``truncated_reward``) costs ``invalid_reward`` too, so rambling never beats trying.
 """
 
 from __future__ import annotations
@@ -44,7 +45,9 @@ class FormulaConfig(Environment.Config):
     max_turns: Annotated[int, Range(ge=1)] = 1  # one factor per episode
     max_total_tokens: Annotated[int, Range(ge=2)] = 768  # prompt + the factor
     tag: str = "factor"  # the answer tag: <factor>expression</factor>
-    panel_seed: Annotated[int, Range()] = 0  # the synthetic panel (rlpost/formula_panel.py); must match data.task_params
+    panel_seed: Annotated[int, Range()] = (
+        0  # the synthetic panel (rlpost/formula_panel.py); must match data.task_params
+    )
     days: Annotated[int, Range(ge=60)] = 300  # panel days
     stocks: Annotated[int, Range(ge=5)] = 40  # panel stocks
     horizon: Annotated[int, Range(ge=1)] = 20  # out-of-sample days after the window (oos_ic)
@@ -108,6 +111,10 @@ class Formula(Environment):
         self.library.sort(key=lambda item: -item[1])
         del self.library[cfg.library_size :]
         return any(e == expression for e, _ in self.library)
+
+    def truncated_reward(self) -> float:
+        """A reply cut off at the token cap wrote no complete factor: it costs what an invalid one costs."""
+        return self.cfg.invalid_reward
 
     def step(self, message: str) -> StepResult:
         expression = tag_content(message, self.cfg.tag)

@@ -192,6 +192,7 @@ def run_episodes(
             result.messages.append({"role": "assistant", "content": text})
             if not ids or ids[-1] not in stop_ids:
                 result.ended = "truncated"
+                result.turn_rewards.append(envs[i].truncated_reward())
                 continue
             try:
                 step = timed_step(envs[i], text, cfg.step_timeout_s)

@@ -96,6 +96,10 @@ def test_episode_limits_end_the_episode(tok):
     cut = lambda ids: ([tok.encode("<calc>1+1</calc>", add_special_tokens=False)] * len(ids), None)  # noqa: E731
     (truncated,) = run_episodes(calc(), [row], [0], renderer, cut, {tok.eos_token_id})
     assert (truncated.ended, truncated.episode.turns, truncated.tool_calls) == ("truncated", 1, 0)
+    assert truncated.reward == 0.0  # the calculator's truncated_reward is None: nothing earned
+    factor_row = {"prompt": [{"role": "user", "content": "A factor?"}], "start": 30, "window": 60}
+    (mined,) = run_episodes(build_env({"name": "formula"}), [factor_row], [0], renderer, cut, {tok.eos_token_id})
+    assert (mined.ended, mined.reward) == ("truncated", -0.05)  # formula: a cut-off reply costs invalid_reward
 
 
 def test_a_hanging_environment_is_stopped_at_its_timeout_and_the_others_go_on(tok):
