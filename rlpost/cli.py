@@ -24,6 +24,7 @@ commands:
   compare  methods across seeds: mean, IQM, bootstrap 95% CI, paired tests, curves: rlpost compare runs=[...] | dir=...
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
   synth-rubrics  rubric-annotated RL data from documents (ARES): rlpost synth-rubrics documents=... [out=data.jsonl]
+  revise-rubrics  revise a run's rubric from its evaluation memory (AMARIS): rlpost revise-rubrics run=<run dir>
   probe   reward-seeking rates of a run's checkpoints (grader vs user/developer): rlpost probe run=<run dir> [belief=context]
   report  a self-contained HTML page of a run or a sweep: rlpost report path=<run or multirun dir> [out=FILE]
   serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
@@ -42,6 +43,7 @@ COMMANDS: dict[str, str] = {
     "compare": "compare",
     "diagnose": "diagnose",
     "synth-rubrics": "synth_rubrics",
+    "revise-rubrics": "revise_rubrics",
     "probe": "probe",
     "report": "report",
     "serve": "serve",  # scale-out
