@@ -228,7 +228,9 @@ def sample_metrics(
     (pass@n - pass@1); with ``answers`` ``[P][n]`` (each sample's extracted final answer), maj@k per
     k <= n: the majority answer of the first k samples is correct (``majority_correct``; one draw of k,
     not an average over subsets). Always: reward (mean of the combined reward, ``combine`` over each
-    prompt's group of n); reward_std (mean over prompts of the population std of the reward within the
+    prompt's group of n); reward_best@k per k <= n (and k = n: the mean over prompts of the highest reward
+    among the first k samples, one draw of k, NaN samples skipped: the best-of-k score of discovery and
+    search tasks); reward_std (mean over prompts of the population std of the reward within the
     group); signal_fraction (prompts whose group rewards are not all equal: GRPO gets a non-zero
     advantage); mean_length in tokens.
     """
@@ -250,6 +252,9 @@ def sample_metrics(
                 out[f"{prefix}/maj@{k}"] = sum(votes) / len(votes)
         out[f"{prefix}/headroom"] = out[f"{prefix}/pass@{n}"] - out[f"{prefix}/pass@1"]
     out[f"{prefix}/reward"] = torch.nanmean(reward).item()
+    for k in sorted({*(k for k in ks if k <= n), n}):  # best-of-k: the first k samples' highest reward, averaged
+        best = torch.nan_to_num(reward[:, :k], nan=float("-inf")).max(dim=1).values
+        out[f"{prefix}/reward_best@{k}"] = torch.nanmean(torch.where(torch.isinf(best), float("nan"), best)).item()
     out[f"{prefix}/reward_std"] = spread.mean().item()
     out[f"{prefix}/signal_fraction"] = (spread > 1e-6).float().mean().item()
     out[f"{prefix}/mean_length"] = lengths.float().mean().item()

@@ -50,6 +50,13 @@ def test_sample_metrics_by_hand():
     assert m["s/reward_std"] == pytest.approx((math.sqrt(0.1875) + 0.5) / 4)
     assert m["s/signal_fraction"] == 0.5
     assert m["s/mean_length"] == 5.0 and m["s/num_prompts"] == 4
+    # best-of-k: reward = first + 0.5; the first k samples' max per prompt, averaged: k = 1 -> (0 + 1 + 1 + 1) / 4
+    # + 0.5; k = 2, 4 -> prompts 1-3 reach 1 within their first sample already, prompt 0 never -> same 0.75 + 0.5
+    assert (m["s/reward_best@1"], m["s/reward_best@2"], m["s/reward_best@4"]) == (1.25, 1.25, 1.25)
+    late = torch.tensor([[0.0, 0, 0, 2.0], [float("nan"), 1.0, 0, 0]]).unsqueeze(2)  # the best comes last; NaN skipped
+    b = sample_metrics(late, weighted_sum([1.0]), torch.ones(2, 4), [1, 2], None, "s")
+    assert (b["s/reward_best@1"], b["s/reward_best@2"], b["s/reward_best@4"]) == (0.0, 0.5, 1.5)
+    assert "s/reward_best@8" not in m
 
 
 def test_majority_vote_and_avg_at_n_by_hand():
