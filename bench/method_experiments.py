@@ -295,6 +295,15 @@ def pairs(steps: int) -> list[Pair]:
             ["rlpost/reward", "env/tool_errors", "env/tool_calls", "completions/mean_length"],
             eval_keys=["eval/reward"],
         ),
+        Pair(
+            "frost",
+            "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
+            "maximum-likelihood infilling, SmolLM2 judge",
+            ["recipe=frost", f"train.steps={steps}"],
+            ["recipe=frost", "algorithm/rollout=none", f"train.steps={steps}"],
+            ["rlpost/reward", "rlpost/rollout/frost/gain", "rlpost/rollout/frost/improved_frac", "step_time"],
+            eval_keys=["eval/reward", "eval/sampled/reward_best@1", "eval/sampled/reward_best@4"],
+        ),
     ]
 
 

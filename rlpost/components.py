@@ -75,6 +75,7 @@ import rlpost.rewards.few_shot_gain  # noqa: F401
 import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.group_diversity  # noqa: F401
 import rlpost.rewards.ifeval  # noqa: F401
+import rlpost.rewards.infill_likelihood  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
@@ -93,6 +94,7 @@ import rlpost.rewards.token_f1  # noqa: F401
 import rlpost.rollouts.draft_injection  # noqa: F401
 import rlpost.rollouts.feedback_refine  # noqa: F401
 import rlpost.rollouts.forced_refusal  # noqa: F401
+import rlpost.rollouts.frost  # noqa: F401
 import rlpost.rollouts.generic_negative  # noqa: F401
 import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401

@@ -110,10 +110,17 @@ def _formula_tasks(seed: int, size: int, **params) -> list[dict]:
     return formula_task_rows(seed, size, **params)
 
 
+def _infill(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.infill_data import infill_rows
+
+    return infill_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
     "formula_tasks": (_formula_tasks, None),
+    "infill": (_infill, None),
 }
 
 

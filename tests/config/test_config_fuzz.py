@@ -68,6 +68,7 @@ CONTEXT: dict[str, list[str]] = {
     "judge.backend=": ["reward=rubric"],  # a judge node: the rubric reward's
     "data/env=calculator": ["reward=env"],
     "data/env=formula": ["reward=env", "data=formula_tasks"],
+    "algorithm/rollout=frost": ["reward=infill_likelihood", "data=infill"],
     "data/env=search": ["reward=env"],
     "data/env=frozen_worker": ["reward=env"],
     "data/env=code_repair": ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
