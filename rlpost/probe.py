@@ -31,7 +31,6 @@ Choices where the abstract is silent:
 from __future__ import annotations
 
 import copy
-import json
 import random
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +39,7 @@ from typing import Any, Literal
 import torch
 
 from rlpost.errors import ConfigError
+from rlpost.jsonl import json_objects
 
 Belief = Literal["grader", "party"]
 FIELDS = ("id", "domain", "party", "situation", "grader_option", "party_option", "grader_rewards", "party_rewards")
@@ -78,18 +78,12 @@ def load_scenarios(path: str | Path) -> list[Scenario]:
     if not file.is_file():
         raise ConfigError(f"scenarios={str(path)!r}: no such file.")
     out: list[Scenario] = []
-    for number, line in enumerate(file.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as err:
-            raise ConfigError(f"{path} line {number}: not valid JSON ({err.msg}).") from None
+    for where, row in json_objects(str(file), "scenario", FIELDS):
         missing = [k for k in FIELDS if not isinstance(row.get(k), str) or not row[k].strip()]
         if missing:
-            raise ConfigError(f"{path} line {number}: missing or empty field(s) {', '.join(missing)}.")
+            raise ConfigError(f"{where}: missing or empty field(s) {', '.join(missing)}.")
         if any(s.id == row["id"] for s in out):
-            raise ConfigError(f"{path} line {number}: id {row['id']!r} is repeated.")
+            raise ConfigError(f"{where}: id {row['id']!r} is repeated.")
         out.append(Scenario(**{k: row[k] for k in FIELDS}))
     if not out:
         raise ConfigError(f"scenarios={str(path)!r} holds no scenario.")

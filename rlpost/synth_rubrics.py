@@ -40,6 +40,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.errors import ConfigError
+from rlpost.jsonl import json_objects
 
 PROMPT = (
     "Domain: {domain}\nThe person asking: {persona}\n\nDocument:\n{text}\n\n"
@@ -98,15 +99,10 @@ def load_documents(path: str | Path) -> list[Document]:
         ]
     elif folder.is_file():
         docs = []
-        for number, line in enumerate(folder.read_text(encoding="utf-8").splitlines(), 1):
-            if not line.strip():
-                continue
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ConfigError(f"{path} line {number}: not valid JSON ({err.msg}).") from None
-            if not isinstance(row, dict) or not str(row.get("text") or "").strip():
-                raise ConfigError(f"{path} line {number}: needs a non-empty `text` field.")
+        for where, row in json_objects(str(folder), "document", ("text",)):
+            if not str(row.get("text") or "").strip():
+                raise ConfigError(f"{where}: needs a non-empty `text` field.")
+            number = where.rsplit(" ", 1)[-1]
             docs.append(Document(str(row.get("id", number)), str(row.get("domain") or "general"), str(row["text"])))
     else:
         raise ConfigError(f"documents={str(path)!r}: no such file or folder (a jsonl or a folder of .txt files).")

@@ -17,14 +17,13 @@ Choices where the brief was silent:
 
 from __future__ import annotations
 
-import json
-from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
 import torch
 
 from rlpost.errors import ConfigError
+from rlpost.jsonl import json_objects
 from rlpost.rewards.base import completion_text
 
 FIELDS = ("prompt", "chosen", "rejected")
@@ -46,29 +45,6 @@ def valid_part(value: Any) -> bool:
         and bool(value)
         and all(isinstance(m, dict) and isinstance(m.get("content"), str) and "role" in m for m in value)
     )
-
-
-def json_objects(path: str, kind: str, fields: tuple[str, ...]) -> Iterator[tuple[str, dict]]:
-    """``(where, row)`` for every non-blank line of a jsonl file of objects; ``where`` is ``"<path> line <n>"``.
-    An unreadable file, a line that is not JSON or not an object: ``ConfigError`` naming the file and line."""
-    try:
-        handle = open(path, encoding="utf-8")
-    except OSError as err:
-        raise ConfigError(f"{path}: cannot read the {kind} file ({err.strerror}).") from None
-    with handle:
-        for number, line in enumerate(handle, 1):
-            if not line.strip():
-                continue
-            where = f"{path} line {number}"
-            try:
-                row = json.loads(line)
-            except json.JSONDecodeError as err:
-                raise ConfigError(f"{where}: not valid JSON ({err.msg}).") from None
-            if not isinstance(row, dict):
-                raise ConfigError(
-                    f"{where}: expected a JSON object with {', '.join(fields)}, got {type(row).__name__}."
-                )
-            yield where, row
 
 
 def read_pairs(path: str) -> list[Pair]:

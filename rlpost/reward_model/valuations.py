@@ -30,7 +30,8 @@ from typing import Any
 import torch
 
 from rlpost.errors import ConfigError
-from rlpost.reward_model.pairs import json_objects, valid_part
+from rlpost.jsonl import json_objects
+from rlpost.reward_model.pairs import valid_part
 
 FIELDS = ("prompt", "response", "value")
 
