@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from rlpost.formula_panel import WARMUP, _z, daily_corr, evaluate_factor, factor_ic, make_panel
+from rlpost.formula_panel import WARMUP, cross_sectional_z, daily_corr, evaluate_factor, factor_ic, make_panel
 
 
 def database(run: Path) -> list[str]:
@@ -38,7 +38,7 @@ def pool_row(name: str, factors: list[str]) -> str:
     ic_late = sum(factor_ic(v, panel, late) for v in late_values.values()) / len(factors)
     pairs = list(itertools.combinations(factors, 2))
     corr = sum(abs(daily_corr(values[a], values[b])) for a, b in pairs) / len(pairs) if pairs else float("nan")
-    composite = sum(_z(v) for v in late_values.values()) / len(factors)
+    composite = sum(cross_sectional_z(v) for v in late_values.values()) / len(factors)
     return (
         f"| {name} | {len(factors)} | {ic_whole:+.4f} | {ic_late:+.4f} | {corr:.3f} | "
         f"{factor_ic(composite, panel, late):+.4f} |"

@@ -56,7 +56,7 @@ class Panel:
         return self.target.shape[0]
 
 
-def _z(x: np.ndarray) -> np.ndarray:
+def cross_sectional_z(x: np.ndarray) -> np.ndarray:
     """Cross-sectional z-score of ``x [..., stocks]`` (0 where a day has no spread)."""
     mean = np.nanmean(x, axis=-1, keepdims=True)
     std = np.nanstd(x, axis=-1, keepdims=True)
@@ -80,8 +80,14 @@ def make_panel(panel_seed: int = 0, days: int = 300, stocks: int = 40) -> Panel:
         feats["mom20"][t] = past.sum(0)
         feats["vol20"][t] = past.std(0) if len(past) > 1 else 0.02
         feats["value"][t], feats["size"][t] = value, size
-        feats["volume"][t] = _z(np.abs(r[t - 1] if t else np.zeros(stocks)) * 50 + rng.normal(0, 1, stocks))
-        alpha = 0.004 * _z(-feats["mom5"][t]) + 0.003 * _z(value) - 0.002 * _z(feats["vol20"][t]) * _z(size)
+        feats["volume"][t] = cross_sectional_z(
+            np.abs(r[t - 1] if t else np.zeros(stocks)) * 50 + rng.normal(0, 1, stocks)
+        )
+        alpha = (
+            0.004 * cross_sectional_z(-feats["mom5"][t])
+            + 0.003 * cross_sectional_z(value)
+            - 0.002 * cross_sectional_z(feats["vol20"][t]) * cross_sectional_z(size)
+        )
         r[t + 1] = beta * rng.normal(0, 0.01) + alpha + rng.normal(0, 0.02, stocks)
     return Panel(feats, r[1:].copy())
 
@@ -144,7 +150,7 @@ def evaluate_factor(expression: str, panel: Panel, days: slice) -> np.ndarray:
         if name == "rank":
             return (x.argsort(-1).argsort(-1) + 1) / x.shape[-1]
         if name == "zscore":
-            return _z(x)
+            return cross_sectional_z(x)
         if name == "abs":
             return np.abs(x)
         if name == "sign":
@@ -161,7 +167,7 @@ def evaluate_factor(expression: str, panel: Panel, days: slice) -> np.ndarray:
 def daily_corr(a: np.ndarray, b: np.ndarray) -> float:
     """Mean over days of the cross-sectional Pearson correlation of ``a`` and ``b`` ``[days, stocks]``
     (a day where either has no spread counts 0)."""
-    za, zb = _z(a), _z(b)
+    za, zb = cross_sectional_z(a), cross_sectional_z(b)
     return float((za * zb).mean(-1).mean())
 
 
