@@ -18,7 +18,7 @@ Each instance then passes three validity filters, or is rejected with its reason
 - answer faithfulness: at least ``min_support`` of the answer's content words (4+ letters, not stop
   words) occur in the document;
 - rubric validity: ``min_criteria`` .. ``max_criteria`` criteria, weights integers in 1..3, distinct
-  texts, none a copy of the question.
+  texts, none a copy of the question, none pointing at the source (the judge never sees the document).
 
 Kept instances are rows ``{question, answer, rubric, domain, persona, source}`` where ``rubric`` is the
 rlpost rubric as JSON (``[{name, text, weight}]``): what ``reward=rubric`` reads with
@@ -150,6 +150,8 @@ def rejection(instance: Instance, doc: Document, f: Filters) -> str | None:
         return "rubric_validity"
     if any(not 1 <= w <= 3 for w, _ in instance.criteria) or len(set(texts)) < len(texts) or q.lower() in texts:
         return "rubric_validity"
+    if any(SOURCE_REFERENCES.search(t) for t in texts):
+        return "rubric_validity"  # the judge grades the response without the document
     return None
 
 

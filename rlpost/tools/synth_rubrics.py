@@ -37,7 +37,7 @@ class SynthSettings:
     personas: list[str] = field(default_factory=lambda: list(DEFAULT_PERSONAS))  # who asks, cycled
     per_document: Annotated[int, Range(ge=1)] = 1  # instances per document, each with the next persona
     criteria: Annotated[int, Range(ge=1)] = 3  # criteria asked for per question
-    writer: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 200})  # rubric_writer.WriterConfig
+    writer: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 320})  # rubric_writer.WriterConfig
     filters: FilterSettings = field(default_factory=FilterSettings)
     batch_size: Annotated[int, Range(ge=1)] = 4  # prompts per writer call
     out: str | None = None  # the kept rows (null: <hydra run dir>/rubric_data.jsonl)

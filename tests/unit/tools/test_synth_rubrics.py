@@ -50,6 +50,7 @@ def test_each_validity_filter_by_hand():
         ((4, "a"), (1, "b")),
         ((1, "same"), (2, "Same")),
         ((1, good.question), (1, "b")),
+        ((3, "The document lists iron foods."), (1, "Short")),  # the judge will not see a document
     ):
         assert rejection(Instance(good.question, good.answer, criteria), DOC, f) == "rubric_validity", criteria
 
