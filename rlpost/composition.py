@@ -48,7 +48,15 @@ NEEDS: dict[tuple[str, str], list[str]] = {
 ENV_AND_FORMAT = "reward.terms=[{name: env, weight: 1.0}, {name: format, weight: 0.1, params: {tags: [think, answer]}}]"
 # left out: user-supplied environments (an import path) and REGEN, which needs recorded replays on disk
 # (tests/config/test_compose.py builds it with a stand-in)
-SKIP = {("data/env", "callable"), ("data/env", "gym"), ("data/env", "none"), ("algorithm", "regen")}
+# callable/gym need a user class, regen replay folders; frost needs its own reward and data (reward=infill_likelihood
+# data=infill), so it composes with the combines in tests/config/test_compose.py instead
+SKIP = {
+    ("data/env", "callable"),
+    ("data/env", "gym"),
+    ("data/env", "none"),
+    ("algorithm", "regen"),
+    ("algorithm/rollout", "frost"),
+}
 SWITCHES: dict[str, list[tuple[str, list[str]]]] = {  # the switches that read or rewrite a reward
     "safety": [
         ("whiten_rewards", ["algorithm.safety.whiten_rewards.enabled=true"]),

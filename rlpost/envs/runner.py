@@ -192,7 +192,9 @@ def run_episodes(
             result.messages.append({"role": "assistant", "content": text})
             if not ids or ids[-1] not in stop_ids:
                 result.ended = "truncated"
-                result.turn_rewards.append(envs[i].truncated_reward())
+                cut = envs[i].truncated_reward()
+                if cut is not None:  # an environment that charges for a cut-off turn (formula)
+                    result.turn_rewards.append(cut)
                 continue
             try:
                 step = timed_step(envs[i], text, cfg.step_timeout_s)

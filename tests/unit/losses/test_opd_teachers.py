@@ -111,7 +111,8 @@ def test_multi_teacher_routes_rows_by_their_column(tmp_path):
     rows = [{"question": f"What is {a} + {b}?", "answer": str(a + b), "domain": d} for a, b, d in
             [(1, 2, "easy"), (30, 40, "hard"), (2, 2, "easy"), (50, 17, "hard")]]  # fmt: skip
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    (tmp_path / "eval.jsonl").write_text(json.dumps(rows[0]) + "\n")
+    held = {"question": "What is 3 + 4?", "answer": "7", "domain": "easy"}  # a held-out row not in training
+    (tmp_path / "eval.jsonl").write_text(json.dumps(held) + "\n")
     run = make_run(
         [
             "algorithm=opd",
