@@ -37,10 +37,11 @@ import json
 import re
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.errors import ConfigError
 from rlpost.jsonl import json_objects
+from rlpost.schema import Range
 
 PROMPT = (
     "Domain: {domain}\nThe person asking: {persona}\n\nDocument:\n{text}\n\n"
@@ -83,10 +84,12 @@ class Instance:
 
 @dataclass(frozen=True)
 class Filters:
-    min_question_words: int = 5
-    min_support: float = 0.6
-    min_criteria: int = 2
-    max_criteria: int = 5
+    """The validity filters' thresholds (``filters.*`` of ``rlpost synth-rubrics``)."""
+
+    min_question_words: Annotated[int, Range(ge=1)] = 5  # shorter questions cannot stand alone
+    min_support: Annotated[float, Range(ge=0, le=1)] = 0.6  # share of the answer's content words in the document
+    min_criteria: Annotated[int, Range(ge=1)] = 2  # fewest rubric criteria
+    max_criteria: Annotated[int, Range(ge=1)] = 5  # most rubric criteria
 
 
 def load_documents(path: str | Path) -> list[Document]:

@@ -20,15 +20,7 @@ from typing import Annotated, Any
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
 from rlpost.schema import Range
-from rlpost.synth_rubrics import DEFAULT_PERSONAS
-
-
-@dataclass(frozen=True)
-class FilterSettings:
-    min_question_words: Annotated[int, Range(ge=1)] = 5  # shorter questions cannot stand alone
-    min_support: Annotated[float, Range(ge=0, le=1)] = 0.6  # share of the answer's content words in the document
-    min_criteria: Annotated[int, Range(ge=1)] = 2  # fewest rubric criteria
-    max_criteria: Annotated[int, Range(ge=1)] = 5  # most rubric criteria
+from rlpost.synth_rubrics import DEFAULT_PERSONAS, Filters
 
 
 @dataclass(frozen=True)
@@ -38,7 +30,7 @@ class SynthSettings:
     per_document: Annotated[int, Range(ge=1)] = 1  # instances per document, each with the next persona
     criteria: Annotated[int, Range(ge=1)] = 3  # criteria asked for per question
     writer: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 320})  # rubric_writer.WriterConfig
-    filters: FilterSettings = field(default_factory=FilterSettings)
+    filters: Filters = field(default_factory=Filters)
     batch_size: Annotated[int, Range(ge=1)] = 4  # prompts per writer call
     out: str | None = None  # the kept rows (null: <hydra run dir>/rubric_data.jsonl)
     progress: bool = True  # a progress bar over the documents
@@ -71,11 +63,11 @@ def run(s: SynthSettings, output_dir: str, overrides: list[str]) -> int:
 
     from rlpost.rewards.rubric_writer import build_writer
     from rlpost.rundir import write_atomic
-    from rlpost.synth_rubrics import Filters, load_documents, parse, prompt, rejection, row
+    from rlpost.synth_rubrics import load_documents, parse, prompt, rejection, row
 
     docs = load_documents(documents_path(s))
     writer = build_writer(s.writer)
-    filters = Filters(**vars(s.filters))
+    filters = s.filters
     jobs = [
         (doc, s.personas[(i * s.per_document + k) % len(s.personas)])
         for i, doc in enumerate(docs)
