@@ -50,7 +50,7 @@ def main(names: list[str]) -> None:
         tok, model = load_tokenizer(run.model), load_model(run.model).eval()
         renderer = ChatRenderer(tok)
 
-        def turns(ids, model=model, tok=tok, cap=run.settings.train.max_completion_length):
+        def turns(ids, rows, model=model, tok=tok, cap=run.settings.train.max_completion_length):
             return _generate_ids(model, tok, ids, cap, False, 1.0), None
 
         with torch.no_grad():

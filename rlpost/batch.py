@@ -30,6 +30,7 @@ class GenerationBatch:
     lengths: list[int] = field(default_factory=list)  # [B] completion tokens the policy generated
     truncated: list[bool] = field(default_factory=list)  # [B] no EOS within max_completion_length
     kinds: list[str] | None = None  # [B] the rollout strategy's kind per row (None: plain sampling)
+    turn_rows: list[int] | None = None  # [M] the rows of the episode turn being generated (None: all B in order)
     reward_terms: torch.Tensor | None = None  # [N, R] every reward term, unweighted, gathered
     result: PipelineResult | None = None  # rewards -> advantages (seam 3)
 

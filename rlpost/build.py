@@ -19,6 +19,7 @@ import torch
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.algorithms.critic import CriticConfig, check_critic
+from rlpost.algorithms.lora_ensemble import EnsembleConfig, check_ensemble
 from rlpost.combine.base import COMBINERS, check_advantage_combine
 from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
 from rlpost.corrections.base import CORRECTIONS
@@ -99,6 +100,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         offline=_build_offline(node),
         safety=SafetyKit(build_config(SafetySettings, node.get("safety"), "algorithm.safety")),
         critic=build_config(CriticConfig, node["critic"], "algorithm.critic") if node.get("critic") else None,
+        ensemble=build_config(EnsembleConfig, node["ensemble"], "algorithm.ensemble") if node.get("ensemble") else None,
     )
 
 
@@ -272,6 +274,7 @@ def check_run(run: BuiltRun) -> None:
             )
         algo.offline.check_run(run)
     check_critic(run)  # PPO: critic <-> gae advantage, token-level KL
+    check_ensemble(run)  # UG-TTT: what its adapters cannot run under
     for component in run.components():  # components that name reward terms or need a reference model
         component.check_run(run)
     if run.reward.combine.produces == "advantages":  # no stage may treat them as rewards
@@ -295,7 +298,11 @@ def check_trainer(run: BuiltRun) -> None:
     """The bundle's trainer and the keys only that trainer reads go together: a critic trains on ``ppo``,
     recorded replays on ``regen``; the ``grpo`` trainer would silently ignore either."""
     algo = run.algorithm
-    needs = {"ppo": ("algorithm.critic", algo.critic), "regen": ("algorithm.replay", algo.offline)}
+    needs = {
+        "ppo": ("algorithm.critic", algo.critic),
+        "regen": ("algorithm.replay", algo.offline),
+        "ug_ttt": ("algorithm.ensemble", algo.ensemble),
+    }
     for trainer, (key, value) in needs.items():
         if value is not None and algo.trainer != trainer:
             raise ConfigError(

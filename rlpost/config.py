@@ -115,7 +115,7 @@ class AlgorithmNode:
     (advantage, loss, ...) stay mappings here: ``build.py`` builds each against its own ``Config``."""
 
     name: str = "custom"  # the bundle, shown by rlpost show
-    trainer: Literal["grpo", "ppo", "regen"] = "grpo"  # the trainer class: a key of rlpost.algorithms.TRAINERS
+    trainer: Literal["grpo", "ppo", "regen", "ug_ttt"] = "grpo"  # the trainer class: a key of rlpost.algorithms.TRAINERS
     advantage: Any = None
     loss: Any = None
     regularizers: Any = None  # {name: params}
@@ -133,6 +133,7 @@ class AlgorithmNode:
     regen: Any = None  # its off-policy correction
     safety: Any = None  # SafetySettings (rlpost/safety/config.py)
     critic: Any = None  # CriticConfig (trainer=ppo, rlpost/algorithms/critic.py)
+    ensemble: Any = None  # EnsembleConfig (trainer=ug_ttt, rlpost/algorithms/lora_ensemble.py)
 
 
 @dataclass(frozen=True)

@@ -153,7 +153,7 @@ def _episodes(model, tokenizer, env: Environment, rows: list[dict], first: int, 
     """One episode per row; each turn one batched ``generate`` of the running episodes (seeds: the row index)."""
     stop_ids = {tokenizer.eos_token_id, tokenizer.pad_token_id}
 
-    def turns(prompt_ids: list[list[int]]):
+    def turns(prompt_ids: list[list[int]], rows: list[int]):
         return _generate_ids(model, tokenizer, prompt_ids, max_new_tokens, greedy, temperature), None
 
     seeds = [first + i for i in range(len(rows))]

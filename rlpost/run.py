@@ -24,6 +24,7 @@ from rlpost.state import state_restored
 if TYPE_CHECKING:
     from rlpost.advantages.base import Advantage
     from rlpost.algorithms.critic import CriticConfig
+    from rlpost.algorithms.lora_ensemble import EnsembleConfig
     from rlpost.combine.base import Combine
     from rlpost.component import Component
     from rlpost.corrections.base import Correction
@@ -61,6 +62,7 @@ class AlgorithmParts:
     grad: list[tuple[str, GradTransform]] = field(default_factory=list)
     trainer: str = "grpo"  # the bundle's trainer class, a key of rlpost.algorithms.TRAINERS
     critic: CriticConfig | None = None  # PPO's critic (None = no critic: group advantages)
+    ensemble: EnsembleConfig | None = None  # UG-TTT's LoRA ensemble (None = one policy)
     offline: Any = None  # algorithm.replay set: a RegenSpec (rlpost/algorithms/regen.py); None = online rollouts
     max_refill_rounds: int = 0  # DAPO's refill: extra generation rounds for dropped groups (rlpost/trainer/refill.py)
 

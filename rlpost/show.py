@@ -5,6 +5,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING
 
 from rlpost.algorithms.critic import describe_critic
+from rlpost.algorithms.lora_ensemble import describe_ensemble
 from rlpost.launch.plan import describe_hardware
 from rlpost.losses.aggregation import describe_aggregation
 from rlpost.run import BuiltRun
@@ -101,6 +102,8 @@ def explain(run: BuiltRun) -> str:
         lines.append("  truncated completions (no EOS) are excluded")
     if algo.critic is not None:
         lines += ["", "Critic:", f"  {describe_critic(algo.critic, train.learning_rate)}"]
+    if algo.ensemble is not None:  # UG-TTT (rlpost/algorithms/ug_ttt.py)
+        lines += ["", "Ensemble:", f"  {describe_ensemble(algo.ensemble)}"]
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
     if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
         lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe_lines())]

@@ -1,5 +1,5 @@
 """rlpost's own algorithms: what composition cannot express (PPO's critic + GAE: ``ppo.py``, ``critic.py``;
-offline REGEN: ``regen.py``), and the registry of trainer classes a bundle picks with ``trainer:``."""
+offline REGEN: ``regen.py``; UG-TTT's LoRA ensemble: ``ug_ttt.py``, ``lora_ensemble.py``), and the registry of trainer classes a bundle picks with ``trainer:``."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ TRAINERS = {
     "grpo": "rlpost.trainer:RLPostTrainer",  # TRL's GRPOTrainer with rlpost's seams (rlpost/trainer/)
     "ppo": "rlpost.algorithms.ppo:PPOTrainer",  # + a critic and GAE (algorithm.critic)
     "regen": "rlpost.algorithms.regen:RegenTrainer",  # batches from recorded replays (algorithm.replay)
+    "ug_ttt": "rlpost.algorithms.ug_ttt:UGTTTTrainer",  # a LoRA ensemble over a frozen base (algorithm.ensemble)
 }
 
 

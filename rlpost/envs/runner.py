@@ -36,9 +36,10 @@ from rlpost.envs.episode import Episode
 
 ENDINGS = ("done", "max_turns", "truncated", "max_total_tokens", "error", "timeout")
 
-# prompt ids [M] of the running episodes -> one new turn each (ids, cut after the first stop id) and, when the
-# generator keeps them (vLLM), each turn's sampling log-probs (else None)
-Generate = Callable[[list[list[int]]], tuple[list[list[int]], list[list[float]] | None]]
+# prompt ids [M] of the running episodes and their rows (indices into run_episodes' rows, [M]) -> one new turn
+# each (ids, cut after the first stop id) and, when the generator keeps them (vLLM), each turn's sampling
+# log-probs (else None). The rows let a generator treat episodes differently (UG-TTT: the adapter of each row).
+Generate = Callable[[list[list[int]], list[int]], tuple[list[list[int]], list[list[float]] | None]]
 
 
 class StepTimeout(Exception):
@@ -176,7 +177,7 @@ def run_episodes(
         if not running:
             break
         turns, turn_logprobs = generate(
-            [results[i].episode.prompt_ids + results[i].episode.completion_ids for i in running]
+            [results[i].episode.prompt_ids + results[i].episode.completion_ids for i in running], running
         )
         still = []
         for k, (i, ids) in enumerate(zip(running, turns)):

@@ -59,8 +59,12 @@ class EpisodeRollouts:
             )
             self._said_fallback = True
 
-        def generate(prompt_ids: list[list[int]]):
-            return trainer._generate_single_turn(prompt_ids, None, {}, 1)
+        def generate(prompt_ids: list[list[int]], turn_rows: list[int]):
+            trainer.batch.turn_rows = turn_rows  # which rows these prompts are (rlpost/batch.py)
+            try:
+                return trainer._generate_single_turn(prompt_ids, None, {}, 1)
+            finally:
+                trainer.batch.turn_rows = None
 
         stop_ids = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
         results = run_episodes(self.env, rows, seeds, renderer, generate, stop_ids)

@@ -16,7 +16,12 @@ from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import HASH_REWARD, TINY
 
-EXPECTED = {"ppo": "PPOTrainer", "ppo_or": "PPOTrainer", "regen": "RegenTrainer"}  # every other bundle: grpo
+EXPECTED = {
+    "ppo": "PPOTrainer",
+    "ppo_or": "PPOTrainer",
+    "regen": "RegenTrainer",
+    "ug_ttt": "UGTTTTrainer",
+}  # every other bundle: grpo
 
 
 def test_the_registry_and_the_schema_name_the_same_trainers():
@@ -30,7 +35,7 @@ def test_each_bundle_names_its_trainer(bundle, tmp_path):
     cfg = compose([*TINY, HASH_REWARD, f"algorithm={bundle}", *extra])
     node = cfg.algorithm
     want = EXPECTED.get(bundle, "RLPostTrainer")
-    assert node.trainer == {"PPOTrainer": "ppo", "RegenTrainer": "regen"}.get(want, "grpo")
+    assert node.trainer == {"PPOTrainer": "ppo", "RegenTrainer": "regen", "UGTTTTrainer": "ug_ttt"}.get(want, "grpo")
 
     class Run:  # trainer_class reads only algorithm.trainer (the replay folder is checked by build_run)
         class algorithm:  # noqa: N801
@@ -47,7 +52,9 @@ def test_each_bundle_names_its_trainer(bundle, tmp_path):
         (["algorithm=ppo", "algorithm.trainer=grpo"], "algorithm.critic is set but algorithm.trainer=grpo"),
         (["algorithm=grpo", "algorithm.trainer=ppo"], "algorithm.trainer=ppo needs algorithm.critic"),
         (["algorithm=grpo", "algorithm.trainer=regen"], "algorithm.trainer=regen needs algorithm.replay"),
-        (["algorithm.trainer=sft"], r"Invalid value algorithm.trainer='sft'. Valid choices: grpo, ppo, regen"),
+        (["algorithm=ug_ttt", "algorithm.trainer=grpo"], "algorithm.ensemble is set but algorithm.trainer=grpo"),
+        (["algorithm=grpo", "algorithm.trainer=ug_ttt"], "algorithm.trainer=ug_ttt needs algorithm.ensemble"),
+        (["algorithm.trainer=sft"], r"Invalid value algorithm.trainer='sft'. Valid choices: grpo, ppo, regen, ug_ttt"),
     ],
 )
 def test_a_trainer_and_the_keys_it_reads_go_together(overrides, message):

@@ -27,7 +27,7 @@ def test_a_wrong_attempt_then_a_repair(row):
     turns = ["I am not sure yet.", wrong, f"```python\n{row['answer']}```"]
     header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
-    def policy(prompt_ids):  # scripted attempts
+    def policy(prompt_ids, rows):  # scripted attempts
         taken = [sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1 for ids in prompt_ids]
         return [tok.encode(turns[t], add_special_tokens=False) + [tok.eos_token_id] for t in taken], None
 

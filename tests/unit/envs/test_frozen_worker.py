@@ -42,7 +42,7 @@ def test_turn_rewards_telescope_to_the_last_instructions_score():
     turns = ["Just guess.", "Multiply carefully.", "Guess again."]  # scores 0, 1, 0 -> turn rewards 0, +1, -1
     header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
-    def policy(prompt_ids):
+    def policy(prompt_ids, rows):
         taken = [sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1 for ids in prompt_ids]
         return [tok.encode(turns[t], add_special_tokens=False) + [tok.eos_token_id] for t in taken], None
 

@@ -32,7 +32,7 @@ def scripted(tok, turns: list[str]):
     def taken(ids: list[int]) -> int:
         return sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1
 
-    def generate(prompt_ids):
+    def generate(prompt_ids, rows):
         return [
             tok.encode(turns[taken(ids)], add_special_tokens=False) + [tok.eos_token_id] for ids in prompt_ids
         ], None
@@ -93,7 +93,7 @@ def test_episode_limits_end_the_episode(tok):
     assert (budget.ended, budget.episode.turns) == ("max_total_tokens", 1)
     assert budget.episode.total_tokens <= prompt + 10
     # a turn without its end-of-turn token (the generation cap) ends the episode as truncated
-    cut = lambda ids: ([tok.encode("<calc>1+1</calc>", add_special_tokens=False)] * len(ids), None)  # noqa: E731
+    cut = lambda ids, rows: ([tok.encode("<calc>1+1</calc>", add_special_tokens=False)] * len(ids), None)  # noqa: E731
     (truncated,) = run_episodes(calc(), [row], [0], renderer, cut, {tok.eos_token_id})
     assert (truncated.ended, truncated.episode.turns, truncated.tool_calls) == ("truncated", 1, 0)
     assert truncated.reward == 0.0  # the calculator's truncated_reward is None: nothing earned

@@ -60,7 +60,7 @@ def test_a_two_hop_search_episode_by_hand():
     turns = [f"<search>{person}</search>", f"<search>{city} city</search>", f"It is {row['answer']}."]
     header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
-    def policy(prompt_ids):  # scripted: turn t is the t-th line above
+    def policy(prompt_ids, rows):  # scripted: turn t is the t-th line above
         taken = [sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1 for ids in prompt_ids]
         return [tok.encode(turns[t], add_special_tokens=False) + [tok.eos_token_id] for t in taken], None
 

@@ -20,7 +20,7 @@ def test_the_policy_asks_the_simulator_answers_and_the_booking_is_scored():
     header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
     def scripted(turns):
-        def policy(prompt_ids):
+        def policy(prompt_ids, rows):
             taken = [sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1 for ids in prompt_ids]
             return [tok.encode(turns[t], add_special_tokens=False) + [tok.eos_token_id] for t in taken], None
 

@@ -73,7 +73,7 @@ def test_a_calculator_episode_with_chat_template_tool_calls(tools_tok):
     turns = ['<tool_call>{"name": "calc", "arguments": {"expression": "12*7+1"}}</tool_call>', "It is 85."]
     header = tools_tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
 
-    def policy(prompt_ids):
+    def policy(prompt_ids, rows):
         taken = [sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1 for ids in prompt_ids]
         return [tools_tok.encode(turns[t], add_special_tokens=False) + [tools_tok.eos_token_id] for t in taken], None
 

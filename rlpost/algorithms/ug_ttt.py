@@ -1,0 +1,204 @@
+"""``algorithm=ug_ttt``: UG-TTT, uncertainty-guided test-time training for discovery (seed 004 #28).
+
+A small ensemble of K LoRA adapters over a frozen base (``lora_ensemble.py``). Per generation batch:
+
+1. Rollouts: completion i of every group samples with adapter ``i mod K`` (its own weight hypothesis),
+   so each group holds samples of every adapter and each adapter trains on its own samples.
+2. Disagreement: every completion is scored by all K adapters (no grad); the per-token mutual
+   information between the next-token prediction and the adapter,
+   ``MI_t = H(mean_k p_k(.|x_<t)) - mean_k H(p_k(.|x_<t))`` [B, T], is epistemic uncertainty only
+   (0 where the adapters agree, however uncertain they are).
+3. Advantages: the run's group advantage A_i plus the exploration bonus, ``A_it + beta * MI_t`` on the
+   completion tokens (``ensemble.mi_coef``).
+4. Loss: each completion's log-probs come from the adapter that sampled it (the run's ``loss``
+   component, aggregation and regularizers, unchanged), plus ``-lambda * distinctness`` once per
+   optimizer step (``ensemble.nuclear_coef``): the nuclear norm of the row-normalised stack of the
+   adapters' updates B_k A_k, which falls when adapters converge to the same update.
+
+Logged: ``ugttt/mi`` (masked token mean of MI), ``ugttt/mi_max``, ``ugttt/distinctness`` (1 =
+orthogonal updates, 1/sqrt(K) = identical), ``ugttt/reward_max`` and ``ugttt/reward_adapter<k>``. The seed
+reports the maximum reward: ``ugttt/reward_max`` is the best trained reward of each step's batch.
+
+Choices where the seed is silent:
+- Adapters are assigned round-robin inside each group (deterministic, balanced); a sampled adapter
+  per rollout would leave some adapter without samples in small groups. G >= K is checked.
+- The bonus is added after the run's advantage (after its group normalisation), per token, so the
+  baseline of the group is unchanged and tokens where the adapters disagree are pushed up more; it is
+  detached (MI is a signal, not a quantity to optimise through).
+- MI is taken on the temperature-scaled distributions the policy samples from (``train.temperature``).
+- Outside training (held-out evaluation, ``rlpost eval`` of an in-process model) the policy is the
+  ensemble mean (the adapters' average update); the saved model folder holds the frozen base's
+  weights as a plain model plus ``ensemble.safetensors`` (the K adapters), which resumes restore.
+- The distinctness term is a per-step scalar, added to each micro-batch's loss divided by the
+  gradient-accumulation steps (as the aggregation normalises the policy loss).
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import contextmanager
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from rlpost.algorithms.lora_ensemble import ATTRIBUTE, LoraEnsemble, mutual_information
+from rlpost.trainer import RLPostTrainer
+
+ENSEMBLE_FILE = "ensemble.safetensors"
+
+
+def adapter_of_rows(first: int, rows: int, group_size: int, adapters: int) -> torch.Tensor:
+    """[rows] adapter of each of this process's rows: completion ``(first + i) mod G`` of its group -> ``mod K``."""
+    return (torch.arange(first, first + rows) % group_size) % adapters
+
+
+class UGTTTTrainer(RLPostTrainer):
+    """RLPostTrainer on a LoRA ensemble: adapter-routed rollouts and log-probs, MI bonus, distinctness term."""
+
+    def __init__(self, *args: Any, run, model, **kwargs):
+        super().__init__(*args, run=run, model=model, **kwargs)
+        cfg = self.ensemble_cfg = run.algorithm.ensemble
+        policy = self.accelerator.unwrap_model(self.model)  # TRL has not wrapped it yet (that is train()'s job)
+        self.ensemble = LoraEnsemble.attach(
+            policy,
+            adapters=cfg.adapters,
+            rank=cfg.rank,
+            alpha=cfg.alpha,
+            target_modules=list(cfg.target_modules),
+            init_std=cfg.init_std,
+            seed=self.args.seed,
+        )
+        self._rows: torch.Tensor | None = None  # [B] adapter of each row of the batch in flight (None: ensemble mean)
+
+    @contextmanager
+    def _routed(self, rows: torch.Tensor | None):
+        previous, self._rows = self._rows, rows
+        try:
+            yield
+        finally:
+            self._rows = previous
+
+    # ---- rollouts: each row samples with its adapter -----------------------------------------
+    def _generate_and_score_completions(self, inputs):
+        if not self.model.training:
+            return super()._generate_and_score_completions(inputs)
+        first = self.accelerator.process_index * len(inputs)
+        rows = adapter_of_rows(first, len(inputs), self.num_generations, self.ensemble_cfg.adapters)
+        with self._routed(rows):
+            output = super()._generate_and_score_completions(inputs)
+        output["rlpost_adapter"] = rows.to(output["completion_ids"].device)
+        mi = self._disagreement(output) * self._loss_mask(output)  # [B, T]
+        advantages = output["advantages"]
+        advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
+        output["advantages"] = advantages + self.ensemble_cfg.mi_coef * mi
+        self._log_ensemble(output, mi, rows, len(inputs))
+        return output
+
+    def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
+        if self._rows is None:
+            return super()._generate_single_turn(
+                prompt_ids, images, multimodal_fields, num_generations, has_tool_images
+            )
+        turn_rows = self.batch.turn_rows if self.batch is not None and self.batch.turn_rows is not None else None
+        adapters = (self._rows if turn_rows is None else self._rows[list(turn_rows)]).tolist()
+        if len(adapters) != len(prompt_ids):
+            raise RuntimeError(f"UG-TTT: {len(prompt_ids)} prompts to generate but {len(adapters)} routed rows")
+        completions: list = [None] * len(prompt_ids)
+        logprobs: list = [None] * len(prompt_ids)  # vLLM's sampling log-probs; None for transformers
+        for k in sorted(set(adapters)):
+            idx = [i for i, a in enumerate(adapters) if a == k]
+            with self.ensemble.use(k):
+                ids, lps = super()._generate_single_turn(
+                    [prompt_ids[i] for i in idx], images, multimodal_fields, num_generations, has_tool_images
+                )
+            for j, i in enumerate(idx):
+                completions[i], logprobs[i] = ids[j], None if lps is None else lps[j]
+        return completions, None if any(lp is None for lp in logprobs) else logprobs
+
+    # ---- log-probs: each row under its adapter -------------------------------------------------
+    def _get_per_token_logps_and_entropies(
+        self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
+    ):
+        rows = self._rows
+        if rows is None or model is self.ref_model:  # the ensemble mean; the reference is the plain base
+            return super()._get_per_token_logps_and_entropies(
+                model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
+            )
+        if rows.numel() != input_ids.size(0):
+            raise RuntimeError(f"UG-TTT: a log-prob forward of {input_ids.size(0)} rows, {rows.numel()} routed")
+        logps = entropies = None
+        for k in sorted(set(rows.tolist())):
+            idx = (rows == k).nonzero().squeeze(1).to(input_ids.device)
+            with self.ensemble.use(k):
+                lp, ent, _ = super()._get_per_token_logps_and_entropies(
+                    model, input_ids[idx], attention_mask[idx], logits_to_keep, batch_size, compute_entropy, **kwargs
+                )
+            if logps is None:
+                logps = lp.new_zeros(input_ids.size(0), lp.size(1))
+                entropies = lp.new_zeros(input_ids.size(0), lp.size(1)) if ent is not None else None
+            logps = logps.index_put((idx,), lp)  # out of place: keeps each adapter's autograd graph
+            if entropies is not None:
+                entropies = entropies.index_put((idx,), ent)
+        return logps, entropies, None
+
+    @torch.no_grad()
+    def _disagreement(self, output: dict) -> torch.Tensor:
+        """MI [B, T] of every completion token across the K adapters (temperature-scaled distributions)."""
+        policy = self.accelerator.unwrap_model(self.model)
+        ids = torch.cat([output["prompt_ids"], output["completion_ids"]], dim=1)
+        mask = torch.cat([output["prompt_mask"], output["completion_mask"]], dim=1)
+        t = output["completion_ids"].size(1)
+        chunk = max(1, self.args.per_device_train_batch_size // self.ensemble_cfg.adapters)
+        values = []
+        for start in range(0, ids.size(0), chunk):  # [K, b, T, V] logits at a time
+            logits = []
+            for k in range(self.ensemble_cfg.adapters):
+                with self.ensemble.use(k):
+                    out = policy(input_ids=ids[start : start + chunk], attention_mask=mask[start : start + chunk],
+                                 logits_to_keep=t + 1, use_cache=False)  # fmt: skip
+                logits.append(out.logits[:, :-1].float() / self.temperature)
+            values.append(mutual_information(torch.stack(logits)))
+        return torch.cat(values)
+
+    def _log_ensemble(self, output: dict, mi: torch.Tensor, rows: torch.Tensor, local: int) -> None:
+        metrics = self._metrics["train"]
+        mask = self._loss_mask(output)
+        gather = self.accelerator.gather
+        metrics["ugttt/mi"].append((gather(mi.sum()).sum() / gather(mask.sum()).sum().clamp(min=1)).item())
+        metrics["ugttt/mi_max"].append(gather(mi.max()).max().item())
+        assert self.batch is not None and self.batch.result is not None  # the pipeline ran (scoring.py)
+        rewards = self.batch.result.rewards.values  # [N] gathered, NaN = unscorable
+        metrics["ugttt/reward_max"].append(rewards.nan_to_num(float("-inf")).max().item())
+        every = self.accelerator.gather(rows.to(rewards.device))
+        for k in range(self.ensemble_cfg.adapters):
+            mine = rewards[every == k]
+            metrics[f"ugttt/reward_adapter{k}"].append(mine[~torch.isnan(mine)].mean().item())
+
+    # ---- loss: the adapter of each row; the distinctness term --------------------------------
+    def _compute_loss(self, model, inputs):
+        with self._routed(inputs["rlpost_adapter"] if "rlpost_adapter" in inputs else None):
+            loss = super()._compute_loss(model, inputs)
+        distinct = self.ensemble.distinctness()
+        mode = "train" if self.model.training else "eval"
+        grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
+        self._metrics[mode]["ugttt/distinctness"].append(distinct.item())
+        return loss - self.ensemble_cfg.nuclear_coef * distinct / grad_accum
+
+    # ---- checkpoints: the frozen base as a plain model, the adapters beside it -----------------
+    def _save(self, output_dir: str | None = None, state_dict=None):
+        output_dir = output_dir if output_dir is not None else self.args.output_dir
+        policy = self.accelerator.unwrap_model(self.model)
+        state_dict = {k: v for k, v in policy.state_dict().items() if not k.startswith(f"{ATTRIBUTE}.")}
+        super()._save(output_dir, state_dict=state_dict)
+        if self.args.should_save:
+            weights = {k: v.detach().cpu().contiguous() for k, v in self.ensemble.state_dict().items()}
+            save_file(weights, os.path.join(output_dir, ENSEMBLE_FILE))
+
+    def _load_optimizer_and_scheduler(self, checkpoint):
+        if checkpoint is not None:
+            path = os.path.join(checkpoint, ENSEMBLE_FILE)
+            if not os.path.isfile(path):
+                raise FileNotFoundError(f"resuming UG-TTT from {checkpoint}: it has no {ENSEMBLE_FILE}")
+            self.ensemble.load_state_dict(load_file(path, device=str(self.accelerator.device)))
+        super()._load_optimizer_and_scheduler(checkpoint)

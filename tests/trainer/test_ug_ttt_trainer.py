@@ -1,0 +1,100 @@
+"""UG-TTT through the real TRL trainer (seed 004 #28): 2 steps on the tiny model train every adapter and no
+base weight, log finite ensemble metrics, save and restore the adapters; the routed log-probs are each
+row's own adapter's; an episode run (the formula environment) routes its turns; what it refuses."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+import torch
+from safetensors.torch import load_file
+
+from rlpost.algorithms.ug_ttt import ENSEMBLE_FILE, UGTTTTrainer
+from rlpost.app import compose
+from rlpost.build import build_run
+from rlpost.errors import ConfigError
+
+from trainer_utils import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
+
+UG = ["algorithm=ug_ttt", "train.steps=2", "train.save_steps=2", "train.num_generations=4"]
+
+
+def test_two_steps_train_every_adapter_and_no_base_weight(tmp_path):
+    trainer = rlpost_trainer(make_run(UG), tmp_path)
+    assert isinstance(trainer, UGTTTTrainer)
+    start = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    end = dict(trainer.model.named_parameters())
+    base = [n for n in start if not n.startswith("rlpost_ensemble.")]
+    assert base and all(torch.equal(start[n], end[n]) for n in base)  # the base is frozen
+    for name in [n for n in start if n.startswith("rlpost_ensemble.lora_B")]:
+        for k in range(3):  # every adapter learned from its own samples
+            assert not torch.equal(start[name][k], end[name][k]), f"{name}[{k}] did not move"
+    logs = step_logs(trainer)
+    assert len(logs) == 2
+    for key in ("ugttt/mi", "ugttt/mi_max", "ugttt/distinctness", "ugttt/reward_max", "ugttt/reward_adapter2"):
+        assert all(isinstance(log.get(key), float) and math.isfinite(log[key]) for log in logs), key
+    assert all(log["ugttt/reward_max"] >= log["reward"] for log in logs)
+    assert all(1 / math.sqrt(3) <= log["ugttt/distinctness"] <= 1.0 for log in logs)
+
+    checkpoint = tmp_path / "checkpoint-2"
+    saved = load_file(checkpoint / ENSEMBLE_FILE)
+    assert set(saved) == {k for k in trainer.ensemble.state_dict()}
+    weights = load_file(checkpoint / "model.safetensors")
+    assert not any(k.startswith("rlpost_ensemble") for k in weights)  # the base stays a plain model
+    with torch.no_grad():  # a resume puts the saved adapters back
+        for p in trainer.ensemble.parameters():
+            p.add_(1.0)
+    trainer._load_optimizer_and_scheduler(str(checkpoint))
+    assert all(torch.equal(v, trainer.ensemble.state_dict()[k]) for k, v in saved.items())
+
+
+def test_routed_log_probs_are_each_rows_own_adapter(tmp_path):
+    trainer = rlpost_trainer(make_run(UG), tmp_path)
+    torch.manual_seed(0)
+    with torch.no_grad():  # adapters that differ clearly, so a wrong route would show
+        for p in trainer.ensemble.lora_B.values():
+            p.normal_(std=0.5)
+    ids = torch.randint(0, 100, (4, 7))
+    mask = torch.ones_like(ids)
+    rows = torch.tensor([2, 0, 1, 0])
+    with trainer._routed(rows):
+        routed, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)
+    for i, k in enumerate(rows.tolist()):
+        with trainer.ensemble.use(k):
+            alone, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids[i : i + 1], mask[i : i + 1], 3)
+        assert torch.allclose(routed[i], alone[0], atol=1e-5)
+    mean, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)  # no route: the mean
+    assert not torch.allclose(mean, routed, atol=1e-4)
+
+
+def test_an_episode_run_routes_every_turn(tmp_path):
+    env = ["reward=env", "data=formula_tasks", "data/env=formula", "train.max_completion_length=16"]
+    trainer = rlpost_trainer(build_run(compose([*TINY, *UG, *env, "train.steps=1"])), tmp_path)
+    seen = []
+    original = trainer.ensemble.use
+
+    def spy(k):
+        seen.append(k)
+        return original(k)
+
+    trainer.ensemble.use = spy
+    trainer.train()
+    assert {0, 1, 2} <= set(seen)
+    assert math.isfinite(step_logs(trainer)[0]["ugttt/mi"])
+
+
+@pytest.mark.parametrize(
+    ("overrides", "message"),
+    [
+        (["model.lora.enabled=true"], "algorithm.ensemble \\(UG-TTT\\) and model.lora.enabled=true cannot be combined"),
+        (["train.num_generations=2"], "algorithm.ensemble.adapters=3 but train.num_generations=2"),
+        (["algorithm/rollout=forced_refusal"], "and algorithm/rollout=forced_refusal cannot be combined"),
+        (["algorithm.ensemble.adapters=1"], "algorithm.ensemble.adapters"),
+        (["algorithm.ensemble.target_modules=[]"], "target_modules must name at least one linear"),
+    ],
+)
+def test_what_ug_ttt_refuses(overrides, message):
+    with pytest.raises(ConfigError, match=message):
+        build_run(compose([*TINY, HASH_REWARD, "algorithm=ug_ttt", "train.num_generations=4", *overrides]))
