@@ -4,6 +4,7 @@
     rlpost eval run=outputs/2026-01-01/12-00-00 samples=8 pass_k=[1,4,8]         # a run's final checkpoint
     rlpost eval model=hf model.path=outputs/merge/.../model                     # a merged model
     rlpost eval -m run=<dir> checkpoint=checkpoint-10,final                      # a sweep over checkpoints
+    rlpost eval model=smollm2-135m compose.positives=[A,B] compose.negative=N    # PRISM: composed LoRA policies
 
 Greedy (``greedy=true``): one completion per prompt, scored by the reward terms; ``eval/accuracy``
 is the first term's mean (the same numbers as a training run's held-out eval). Sampled
@@ -11,6 +12,8 @@ is the first term's mean (the same numbers as a training run's held-out eval). S
 estimator), ``sampled/accuracy``, ``sampled/reward``, within-group ``reward_std``. Results are
 written as JSON (``out``, default ``<hydra run dir>/eval.json``) and printed as a table. During
 training the same greedy numbers are logged every ``eval.every`` steps (rlpost/eval_callback.py).
+With ``compose.positives`` (PRISM, seed 000 #13, rlpost/prism.py) the policy is ``model`` plus LoRA adapters
+decoded with composed log-probabilities, ``z_base + sum_j w_j (z_j - z_base) - gamma (z_neg - z_base)``.
 """
 
 from __future__ import annotations
@@ -22,6 +25,7 @@ from typing import Any
 
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
+from rlpost.prism import ComposeSettings, check_compose
 from rlpost.ranks import is_main
 from rlpost.rundir import write_atomic
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy, policy_correctness
@@ -36,10 +40,12 @@ class EvalCommand(PolicySettings):
     pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])
     majority_answer: str | None = "last_number"  # what a sample votes for in maj@k (null: no maj@k)
     group_by: str | None = None
+    compose: ComposeSettings = field(default_factory=ComposeSettings)  # PRISM: decode with composed LoRA policies
 
 
 def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
     _, dataset = check_policy(s, s.size, "size")
+    check_compose(s.compose, s.adapter, s.checkpoint, s.model)
     if not s.greedy and s.samples < 1:
         raise ConfigError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n> (e.g. 8).")
     if s.samples < 0 or any(k < 1 for k in s.pass_k):
@@ -68,6 +74,11 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
     correct = policy_correctness(s, reward)
     set_seed(s.seed)
     model, tokenizer = load_policy(s)
+    if s.compose.positives:  # PRISM: the base plus its positive and negative adapters, composed per token
+        from rlpost.prism import load_composed
+
+        folders = check_compose(s.compose, s.adapter, s.checkpoint, s.model)
+        model = load_composed(model, folders, s.compose, tokenizer.eos_token_id)
     results: dict[str, float] = {}
     if s.greedy:
         results.update(
@@ -123,7 +134,15 @@ def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
     results = evaluate_policy(s)
     out = Path(s.out) if s.out else Path(output_dir) / "eval.json"
     size = int(results.get("eval/num_prompts") or results.get("sampled/num_prompts") or 0)
-    record = {**describe(s), "size": size, "samples": s.samples, "overrides": overrides, "results": results}
+    compose = {**vars(s.compose)} if s.compose.positives else None
+    record = {
+        **describe(s),
+        "compose": compose,
+        "size": size,
+        "samples": s.samples,
+        "overrides": overrides,
+        "results": results,
+    }
     if is_main():  # one writer per path (rlpost/ranks.py)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, json.dumps(record, indent=2) + "\n")

@@ -1,10 +1,12 @@
 """``rlpost merge``: checkpoint interpolation (seed 000 #1), task arithmetic and TIES (seed 000 #21),
-LoRA adapters merged into their base. Writes a plain safetensors model folder.
+LoRA adapters merged into their base, and PRISM's weight-space composition (seed 000 #13: LoRA adapters as
+task vectors, the negative policy with a negative weight). Writes a plain safetensors model folder.
 
     rlpost merge models=[outputs/sft,outputs/rl] alpha=0.3               # (1-0.3)*sft + 0.3*rl
     rlpost merge -m models=[A,B] alpha=0,0.25,0.5,0.75,1                   # one model per job
     rlpost merge method=ties model=hf model.path=BASE models=[A,B,C] density=0.2
     rlpost merge method=lora adapter=outputs/<lora run>                   # base read from the run
+    rlpost merge method=task_arithmetic model=smollm2-135m models=[POS_A,POS_B,NEG] weights=[1,1,-0.5]  # PRISM
 
 The math is in ``merge_math.py``. Inputs are model folders or run directories (their
 ``checkpoints/final``); the base is the ``model`` group (``model=smollm2-135m``, ``model=hf
@@ -30,6 +32,7 @@ from typing import Any, Literal
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
 from rlpost.models import LoraSettings, ModelConfig
+from rlpost.prism import check_adapter_base
 from rlpost.tools import merge_math
 from rlpost.tools.checkpoints import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
 
@@ -93,11 +96,16 @@ def plan(s: MergeSettings) -> Plan:
     if s.method == "lora":
         return _plan_lora(s)
     inputs = [(f"models[{i}]", resolve_checkpoint(p, f"models[{i}]", s.checkpoint)) for i, p in enumerate(s.models)]
-    for key, folder in inputs:
-        if is_adapter(folder):
+    adapters = [(key, folder) for key, folder in inputs if is_adapter(folder)]
+    for (key, folder), given in zip(inputs, s.models):
+        if (key, folder) not in adapters:
+            continue
+        if s.method == "linear" or s.model is None:
             raise ConfigError(
-                f"{key}={folder} is a LoRA adapter; merge it into its base first: rlpost merge method=lora adapter=..."
+                f"{key}={folder} is a LoRA adapter; merge it into its base first (rlpost merge method=lora "
+                "adapter=...), or give method=task_arithmetic or ties with the base as model=<choice>."
             )
+        check_adapter_base(Path(given).expanduser(), key, s.model)
     base = ("model", base_folder(s.model)) if s.model is not None else None
     if s.method == "linear":
         if len(inputs) == 1 and base is not None:
@@ -119,8 +127,9 @@ def plan(s: MergeSettings) -> Plan:
         raise ConfigError(f"weights has {len(s.weights)} entries but models has {len(inputs)}; give one per model.")
     if s.method == "ties" and not 0.0 < s.density <= 1.0:
         raise ConfigError(f"density={s.density} must be in (0, 1]: the fraction of each task vector kept.")
-    check_same_layout(base, inputs)
-    return Plan(inputs=inputs, base=base)
+    check_same_layout(base, [i for i in inputs if i not in adapters])
+    assert s.model is not None  # base is not None
+    return Plan(inputs=inputs, base=base, base_model=replace(s.model, lora=LoraSettings()))
 
 
 def _plan_lora(s: MergeSettings) -> Plan:
@@ -159,7 +168,7 @@ def merge(s: MergeSettings, out: Path) -> Path:
         if s.method == "lora":
             _merge_lora(p, tmp, s.dtype)
         else:
-            _merge_tensors(s, p, tmp)
+            _merge_tensors(s, _adapters_merged(p, tmp), tmp)
         meta = {
             "method": s.method,
             "inputs": {key: str(folder) for key, folder in p.inputs},
@@ -178,6 +187,20 @@ def merge(s: MergeSettings, out: Path) -> Path:
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return out
+
+
+def _adapters_merged(p: Plan, tmp: Path) -> Plan:
+    """task_arithmetic / ties over LoRA adapters (PRISM's weight-space composition, rlpost/prism.py): each
+    adapter input merged into the base first, in ``tmp/.adapters/<i>`` (removed before ``tmp`` is renamed)."""
+    inputs = []
+    for i, (key, folder) in enumerate(p.inputs):
+        if is_adapter(folder):
+            merged = tmp / ".adapters" / str(i)
+            merged.mkdir(parents=True)
+            _merge_lora(replace(p, adapter=folder), merged, None)
+            folder = merged
+        inputs.append((key, folder))
+    return replace(p, inputs=inputs)
 
 
 def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
@@ -222,6 +245,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
         merged[name] = value.to(dtype) if dtype is not None else value
     save_weights(merged, tmp, s.max_shard_gb)
     copy_aux([ref_folder, *(f for _, f in p.inputs)], tmp, s.dtype)
+    shutil.rmtree(tmp / ".adapters", ignore_errors=True)
 
 
 def _merge_lora(p: Plan, tmp: Path, dtype: str | None) -> None:
