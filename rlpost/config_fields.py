@@ -24,6 +24,7 @@ from typing import Any, Literal
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.algorithms.critic import CriticConfig
+from rlpost.algorithms.lora_ensemble import EnsembleConfig
 from rlpost.combine.base import COMBINERS
 from rlpost.config import HardwareConfig, OverlongSettings, RunSettings
 from rlpost.corrections.base import CORRECTIONS
@@ -58,6 +59,7 @@ SETTINGS: list[tuple[str, type]] = [
     ("algorithm.overlong", OverlongSettings),
     ("algorithm.safety", SafetySettings),
     ("algorithm.critic", CriticConfig),
+    ("algorithm.ensemble", EnsembleConfig),
 ]
 
 # (key prefix, config group of the choice, registry): every registered component's Config

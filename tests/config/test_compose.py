@@ -251,6 +251,10 @@ def test_every_correction_composes_with_every_bundle_and_reward(bundle, required
         for reward in ("math_answer", "math_answer_format"):
             cfg = compose([f"algorithm={bundle}", f"algorithm/correction={option}", f"reward={reward}", *needs])
             assert OmegaConf.to_container(cfg.algorithm.correction) == own_node("correction", option), (bundle, option)
+            if bundle == "ug_ttt" and option != "none":  # a rollout copy would sample without the adapters
+                with pytest.raises(ConfigError, match=f"UG-TTT\\) and algorithm/correction={option} cannot be"):
+                    build_run(cfg)
+                continue
             run = build_run(cfg)
             assert type(run.algorithm.correction).registry_name == option and run.algorithm.name == bundle
 
@@ -320,6 +324,10 @@ def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, requ
         assert OmegaConf.to_container(cfg.algorithm.rollout) == own_node("rollout", rollout), (bundle, rollout)
         if cfg.algorithm.get("replay") and rollout != "none":  # offline REGEN generates nothing to shape
             with pytest.raises(ConfigError, match="generates nothing"):
+                build_run(cfg)
+            continue
+        if bundle == "ug_ttt" and rollout != "none":  # a rebuilt group loses the adapter of each row
+            with pytest.raises(ConfigError, match=f"UG-TTT\\) and algorithm/rollout={rollout} cannot be combined"):
                 build_run(cfg)
             continue
         run = build_run(cfg)
