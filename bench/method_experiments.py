@@ -296,6 +296,33 @@ def pairs(steps: int) -> list[Pair]:
             eval_keys=["eval/reward"],
         ),
         Pair(
+            "ug_ttt",
+            "UG-TTT (seed 004 #28): 2 LoRA adapters over a frozen Qwen2.5-Coder-0.5B, MI bonus + nuclear-norm term vs "
+            "GRPO with one LoRA of the same rank and learning rate, formula discovery on the synthetic panel",
+            [
+                "recipe=ug_ttt",
+                "model=qwen2.5-coder-0.5b",
+                f"train.steps={steps}",
+                f"train.save_steps={steps}",
+                "eval.size=20",
+            ],
+            [
+                "recipe=quantevolver",
+                "model=qwen2.5-coder-0.5b",
+                f"train.steps={steps}",
+                f"train.save_steps={steps}",
+                "eval.size=20",
+                "train.learning_rate=2e-4",
+                "model.lora.enabled=true",
+                "model.lora.r=8",
+                "model.lora.alpha=16",
+                "model.lora.dropout=0",
+                "model.lora.target_modules=[q_proj,v_proj]",
+            ],
+            ["rlpost/reward_max", "rlpost/reward", "env/tool_errors", "ugttt/mi", "ugttt/distinctness", "step_time"],
+            eval_keys=["eval/reward"],
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

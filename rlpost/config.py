@@ -115,7 +115,8 @@ class AlgorithmNode:
     (advantage, loss, ...) stay mappings here: ``build.py`` builds each against its own ``Config``."""
 
     name: str = "custom"  # the bundle, shown by rlpost show
-    trainer: Literal["grpo", "ppo", "regen", "ug_ttt"] = "grpo"  # the trainer class: a key of rlpost.algorithms.TRAINERS
+    # the trainer class: a key of rlpost.algorithms.TRAINERS
+    trainer: Literal["grpo", "ppo", "regen", "ug_ttt"] = "grpo"
     advantage: Any = None
     loss: Any = None
     regularizers: Any = None  # {name: params}

@@ -16,8 +16,8 @@ A small ensemble of K LoRA adapters over a frozen base (``lora_ensemble.py``). P
    adapters' updates B_k A_k, which falls when adapters converge to the same update.
 
 Logged: ``ugttt/mi`` (masked token mean of MI), ``ugttt/mi_max``, ``ugttt/distinctness`` (1 =
-orthogonal updates, 1/sqrt(K) = identical), ``ugttt/reward_max`` and ``ugttt/reward_adapter<k>``. The seed
-reports the maximum reward: ``ugttt/reward_max`` is the best trained reward of each step's batch.
+orthogonal updates, 1/sqrt(K) = identical) and ``ugttt/reward_adapter<k>``. The seed reports the maximum
+reward: every run logs ``rlpost/reward_max``, the best trained reward of each step's batch.
 
 Choices where the seed is silent:
 - Adapters are assigned round-robin inside each group (deterministic, balanced); a sampled adapter
@@ -169,7 +169,6 @@ class UGTTTTrainer(RLPostTrainer):
         metrics["ugttt/mi_max"].append(gather(mi.max()).max().item())
         assert self.batch is not None and self.batch.result is not None  # the pipeline ran (scoring.py)
         rewards = self.batch.result.rewards.values  # [N] gathered, NaN = unscorable
-        metrics["ugttt/reward_max"].append(rewards.nan_to_num(float("-inf")).max().item())
         every = self.accelerator.gather(rows.to(rewards.device))
         for k in range(self.ensemble_cfg.adapters):
             mine = rewards[every == k]

@@ -82,6 +82,9 @@ class ScoringSeams(SeamBase):
             return output
         mode = "train" if training else "eval"
         self._log_trained_reward(mode, result.rewards.values)
+        # the best trained reward of the batch: what discovery methods (UG-TTT, seed 004 #28) are judged by
+        scored = result.rewards.values[~torch.isnan(result.rewards.values)]
+        self._metrics[mode]["rlpost/reward_max"].append(scored.max().item() if scored.numel() else float("nan"))
         # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/flops.py)
         self._metrics[mode]["train_flops"] = [self.state.num_input_tokens_seen * self.flops_per_token]
         for name, value in result.metrics.items():

@@ -33,9 +33,9 @@ def test_two_steps_train_every_adapter_and_no_base_weight(tmp_path):
             assert not torch.equal(start[name][k], end[name][k]), f"{name}[{k}] did not move"
     logs = step_logs(trainer)
     assert len(logs) == 2
-    for key in ("ugttt/mi", "ugttt/mi_max", "ugttt/distinctness", "ugttt/reward_max", "ugttt/reward_adapter2"):
+    for key in ("ugttt/mi", "ugttt/mi_max", "ugttt/distinctness", "rlpost/reward_max", "ugttt/reward_adapter2"):
         assert all(isinstance(log.get(key), float) and math.isfinite(log[key]) for log in logs), key
-    assert all(log["ugttt/reward_max"] >= log["reward"] for log in logs)
+    assert all(log["rlpost/reward_max"] >= log["reward"] for log in logs)
     assert all(1 / math.sqrt(3) <= log["ugttt/distinctness"] <= 1.0 for log in logs)
 
     checkpoint = tmp_path / "checkpoint-2"
