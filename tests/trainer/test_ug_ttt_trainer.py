@@ -9,6 +9,7 @@ import math
 import pytest
 import torch
 from safetensors.torch import load_file
+from transformers import TrainerCallback
 
 from rlpost.algorithms.ug_ttt import ENSEMBLE_FILE, UGTTTTrainer
 from rlpost.app import compose
@@ -98,3 +99,29 @@ def test_an_episode_run_routes_every_turn(tmp_path):
 def test_what_ug_ttt_refuses(overrides, message):
     with pytest.raises(ConfigError, match=message):
         build_run(compose([*TINY, HASH_REWARD, "algorithm=ug_ttt", "train.num_generations=4", *overrides]))
+
+
+def test_a_resumed_run_continues_from_the_saved_adapters(tmp_path):
+    steps = [*UG, "train.save_steps=1"]
+    first = rlpost_trainer(make_run(steps), tmp_path / "a")
+    first.train()
+    checkpoint = tmp_path / "a" / "checkpoint-1"
+    saved = load_file(checkpoint / ENSEMBLE_FILE)
+    again = rlpost_trainer(make_run(steps), tmp_path / "a")
+    seen = {}
+
+    class AtResume(TrainerCallback):
+        def on_step_begin(self, args, state, control, **kwargs):
+            seen.setdefault("weights", {k: v.clone() for k, v in again.ensemble.state_dict().items()})
+
+    again.add_callback(AtResume())
+    again.train(resume_from_checkpoint=str(checkpoint))
+    assert again.state.global_step == 2
+    for key, value in saved.items():
+        torch.testing.assert_close(seen["weights"][key], value)  # step 2 starts from step 1's adapters
+    for key, value in first.ensemble.state_dict().items():  # and ends where the uninterrupted run ended
+        torch.testing.assert_close(again.ensemble.state_dict()[key], value)
+
+    (checkpoint / ENSEMBLE_FILE).unlink()
+    with pytest.raises(FileNotFoundError, match="no ensemble.safetensors"):
+        rlpost_trainer(make_run(steps), tmp_path / "a").train(resume_from_checkpoint=str(checkpoint))
