@@ -323,6 +323,22 @@ def pairs(steps: int) -> list[Pair]:
             eval_keys=["eval/reward"],
         ),
         Pair(
+            "cusearch",
+            "CuSearch (seed 004 #27): SDGA gives an 8-episode update budget to the deepest of 16 sampled searches vs "
+            "GRPO on 8 uniformly sampled episodes, search environment",
+            ["recipe=cusearch", f"train.steps={steps}"],
+            ["recipe=search_tool", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "env/tool_calls",
+                "rlpost/select/depth_mean",
+                "rlpost/select/kept_depth_mean",
+                "step_time",
+            ],
+            eval_keys=["eval/accuracy", "eval/env/tool_use"],
+            extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

@@ -46,6 +46,7 @@ from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
 from rlpost.schema import build_config, check_paths, to_container, unknown_key_message
+from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import build_transform
 
 GROUPS = ("model", "data", "reward", "algorithm", "hardware")
@@ -97,6 +98,7 @@ def build_algorithm(node: Mapping[str, Any]) -> AlgorithmParts:
         ],
         correction=build_component(CORRECTIONS, node.get("correction") or {"name": "none"}, "algorithm.correction"),
         rollout=build_component(ROLLOUTS, node.get("rollout") or {"name": "none"}, "algorithm.rollout"),
+        select=build_component(SELECTORS, node.get("select") or {"name": "none"}, "algorithm.select"),
         offline=_build_offline(node),
         safety=SafetyKit(build_config(SafetySettings, node.get("safety"), "algorithm.safety")),
         critic=build_config(CriticConfig, node["critic"], "algorithm.critic") if node.get("critic") else None,

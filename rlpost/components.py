@@ -102,6 +102,11 @@ import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
 import rlpost.rollouts.struct_refine  # noqa: F401
 
+# selectors (the update budget)
+import rlpost.select.none  # noqa: F401
+import rlpost.select.sdga_auto  # noqa: F401
+import rlpost.select.sdga_phase  # noqa: F401
+
 # data transforms
 import rlpost.transforms.ect  # noqa: F401
 import rlpost.transforms.market_filter  # noqa: F401

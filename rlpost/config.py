@@ -130,6 +130,7 @@ class AlgorithmNode:
     overlong: Any = None  # OverlongSettings
     correction: Any = None
     rollout: Any = None
+    select: Any = None  # which sampled trajectories the update uses (rlpost/select/)
     replay: Any = None  # offline training from recorded rollouts (trainer=regen, rlpost/algorithms/regen.py)
     regen: Any = None  # its off-policy correction
     safety: Any = None  # SafetySettings (rlpost/safety/config.py)

@@ -45,6 +45,7 @@ from rlpost.rewards.rubric_writer import WriterConfig
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.safety.config import SafetySettings
 from rlpost.schema import PathSpec, Range, bare_type, markers
+from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import TRANSFORMS
 
 # (key prefix, dataclass): the run's settings outside the components
@@ -70,6 +71,7 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
     ("algorithm.grad.{name}", "algorithm/grad", GRAD_TRANSFORMS),
     ("algorithm.correction", "algorithm/correction", CORRECTIONS),
     ("algorithm.rollout", "algorithm/rollout", ROLLOUTS),
+    ("algorithm.select", "algorithm/select", SELECTORS),
     ("reward.combine", "reward/combine", COMBINERS),
     ("reward.terms[i].params", "reward.terms[i].name", REWARDS),
     ("data.transform", "data/transform", TRANSFORMS),

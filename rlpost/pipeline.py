@@ -8,7 +8,8 @@
       4. shape      + DAPO's soft overlong penalty, - KL in the reward (kl.placement=reward),
                     -KL as each token's own reward (kl.placement=token, PPO's GAE reads it): Rewards -> Rewards
       5. advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch: Rewards -> Advantages [N] or [N, T]
-      6. keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss
+      6. keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss;
+                    algorithm.select (rlpost/select/): which trajectories the update budget goes to
     -> PipelineResult(rewards, task_rewards, advantages, keep, extras, metrics)
 
 Rewards (what to maximise, stages 1-4) and advantages (what the loss pushes on, stage 5) are
@@ -152,6 +153,10 @@ def finish(
     if algo.dynamic_sampling and x.training:
         keep = (~zero_variance_groups(signal, x.num_generations)).float()
         metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
+    if x.training and type(algo.select).registry_name != "none":  # the update budget (e.g. CuSearch's SDGA)
+        selected, select_metrics = algo.select(batch)
+        keep = keep * selected.to(keep)
+        metrics.update({f"select/{k}": v for k, v in select_metrics.items()})
     metrics["reward"] = torch.nanmean(rewards.values).item()
     return PipelineResult(rewards, task, Advantages(estimate.advantages), keep, estimate.extras, metrics, batch)
 

@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from rlpost.reward_guard import FailurePolicy
     from rlpost.rewards.base import Reward
     from rlpost.rollouts.base import RolloutStrategy
+    from rlpost.select.base import Selector
 
 
 # TRL's ``beta`` decides two things: whether it loads (and scores) a reference model, and the KL in *its* loss.
@@ -57,6 +58,7 @@ class AlgorithmParts:
     overlong: OverlongSettings
     correction: Correction  # off-policy / mismatch correction (the registered `none` when unset)
     rollout: RolloutStrategy  # how a group is produced (`none`: TRL's sampling)
+    select: Selector  # which sampled trajectories the update uses (`none`: all)
     safety: Any  # the stability kit, a rlpost.safety.kit.SafetyKit (all off by default; imports this module)
     # gradient transforms before clipping, (name, transform) in the order they apply ([] = plain gradients)
     grad: list[tuple[str, GradTransform]] = field(default_factory=list)
@@ -120,6 +122,7 @@ class BuiltRun:
         named += [(f"algorithm.grad.{name}", transform) for name, transform in algo.grad]
         named.append(("algorithm.correction", algo.correction))
         named.append(("algorithm.rollout", algo.rollout))
+        named.append(("algorithm.select", algo.select))
         if algo.safety.cfg.any:
             named.append(("algorithm.safety", algo.safety))
         named.append(("reward.combine", self.reward.combine))

@@ -87,6 +87,8 @@ def explain(run: BuiltRun) -> str:
             lines.append(
                 f"  then up to {algo.max_refill_rounds} more generation batches of fresh prompts refill them (DAPO)"
             )
+    if type(algo.select).registry_name != "none":  # the update budget (rlpost/select/)
+        lines.append(f"  update: {_describe(algo.select)}")
     lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
     if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
         lines.append(f"  x correction {_describe(algo.correction)}")

@@ -43,6 +43,8 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
         "data=infill",
     ],  # GCG needs a differentiable judge  # its tasks name a window of its panel
     ("data/env", "search"): ["reward=env"],
+    ("algorithm/select", "sdga_auto"): ["data/env=search", "reward=env"],  # depth = an episode's tool calls
+    ("algorithm/select", "sdga_phase"): ["data/env=search", "reward=env"],
     ("data/env", "frozen_worker"): ["reward=env"],
     ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["reward=env", "data=booking"],

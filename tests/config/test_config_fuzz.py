@@ -44,6 +44,7 @@ CONTEXT: dict[str, list[str]] = {
     "model.lora": ["model.lora.enabled=true"],
     "algorithm.critic": ["algorithm=ppo"],
     "algorithm.ensemble": ["algorithm=ug_ttt"],
+    "algorithm/select=sdga": ["data/env=search", "reward=env"],  # depth = an episode's tool calls
     "algorithm.overlong": ["algorithm=dapo"],  # soft_penalty on: cache_len meets max_completion_length
     "algorithm/advantage=gae": ["algorithm=ppo"],  # GAE reads PPO's critic
     "algorithm/advantage=dpo": ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation

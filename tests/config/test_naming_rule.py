@@ -39,6 +39,7 @@ from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.base import REWARDS, Reward
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
+from rlpost.select.base import SELECTORS, Selector
 from rlpost.transforms.base import TRANSFORMS, Transform
 
 ROOT = REPO
@@ -53,6 +54,7 @@ KINDS: dict[str, tuple[Registry, type, str | None]] = {
     "grad": (GRAD_TRANSFORMS, GradTransform, "algorithm/grad"),
     "corrections": (CORRECTIONS, Correction, "algorithm/correction"),
     "rollouts": (ROLLOUTS, RolloutStrategy, "algorithm/rollout"),
+    "select": (SELECTORS, Selector, "algorithm/select"),
     "rewards": (REWARDS, Reward, "reward"),
     "combine": (COMBINERS, Combine, "reward/combine"),
     "transforms": (TRANSFORMS, Transform, "data/transform"),

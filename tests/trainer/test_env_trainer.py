@@ -162,3 +162,16 @@ def test_frozen_worker_episodes_train(tmp_path):
     # but the step ran end to end through the worker (finite loss)
     assert all(math.isfinite(log["loss"]) and log["reward"] == 0.0 for log in logs)
     assert all(torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+
+
+def test_cusearch_selection_halves_the_update_and_checkpoints_its_threshold(tmp_path):
+    # SDGA-Phase (seed 004 #27) on calculator episodes: a random model makes no tool call, so every depth is 0,
+    # below tau = 1; the budget (half the sampled episodes) is filled at random and tau does not move
+    overrides = ["data/env=calculator", "reward=env", "algorithm/select=sdga_phase", "train.steps=2"]
+    trainer, _ = env_trainer([*overrides, "train.save_steps=2"], tmp_path)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert [log["rlpost/select/kept_fraction"] for log in logs] == [0.5, 0.5]
+    assert all(log["rlpost/select/depth_mean"] == 0.0 and log["rlpost/select/threshold"] == 1.0 for log in logs)
+    state = torch.load(tmp_path / "checkpoint-2" / "rlpost_state.pt", weights_only=False)
+    assert state["algorithm.select"] == {"threshold": 1, "batches": 2}

@@ -1,0 +1,1 @@
+"""rlpost select components (see base.py)."""

@@ -1,0 +1,29 @@
+"""The selection base class and its registry: which trajectories of a generation batch the update uses.
+
+A selector runs in the pipeline's keep stage (rlpost/pipeline.py, stage 6), after the advantages: it
+returns a 0/1 mask [N] over the batch. Rows it drops stay in their groups' baselines (the advantages
+were computed on every sampled trajectory) but leave the loss, as dynamic sampling's dropped groups do.
+Sample more than the update uses (``train.completions_per_step``) and let the selector spend the budget.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from rlpost.advantages.base import GroupBatch
+from rlpost.component import Component
+from rlpost.registry import Registry
+
+
+class Selector(Component):
+    """Returns keep [N] (1.0 = in the update) and metrics; training batches only (evaluation keeps all).
+
+    Optional members: ``check_run``, ``state_dict``, ``describe``, ...: ``Component``.
+    """
+
+    def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
+        """A generation batch (gathered) -> keep [N] float and float metrics."""
+        raise NotImplementedError
+
+
+SELECTORS: Registry[Selector] = Registry("selector", Selector)
