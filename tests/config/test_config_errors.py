@@ -156,7 +156,14 @@ CASES = [
     ("show-unknown-key", ["show", "algorithm.loss.epsilon_hihg=0.3"], ["Did you mean 'epsilon_high'?"]),
     ("show-batch", ["show", "train.completions_per_step=6"], ["not a multiple of train.num_generations=4"]),
     ("show-unknown-task", ["show", "data.task=basic_arithmetc"], ["Did you mean 'basic_arithmetic'?"]),
-]
+    # UG-TTT's ensemble and CuSearch's selection (docs/errors.md)
+    ("ug-ttt-with-lora", ["train", "algorithm=ug_ttt", "model.lora.enabled=true"],
+     ["algorithm.ensemble (UG-TTT) and model.lora.enabled=true cannot be combined", "drop model.lora.enabled"]),
+    ("ug-ttt-small-groups", ["train", "algorithm=ug_ttt", "train.num_generations=2"],
+     ["algorithm.ensemble.adapters=3 but train.num_generations=2"]),
+    ("sdga-without-episodes", ["train", "algorithm/select=sdga_auto"],
+     ["algorithm/select=sdga_auto allocates the update", "set data/env"]),
+]  # fmt: skip
 
 
 @pytest.mark.parametrize(("argv", "expected"), [c[1:] for c in CASES], ids=[c[0] for c in CASES])
