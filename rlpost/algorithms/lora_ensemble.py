@@ -34,6 +34,7 @@ import math
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Annotated
 
 import torch
@@ -43,6 +44,7 @@ from rlpost.errors import ConfigError
 from rlpost.schema import Range
 
 ATTRIBUTE = "rlpost_ensemble"  # the ensemble's name on the model (its parameters' prefix)
+ENSEMBLE_FILE = "ensemble.safetensors"  # the adapters, next to the frozen base's model.safetensors
 
 
 @dataclass(frozen=True)
@@ -173,6 +175,14 @@ class LoraEnsemble(nn.Module):
         finally:
             self.active = previous
 
+    def save(self, folder: str | Path) -> None:
+        """The K adapters as ``ensemble.safetensors`` in ``folder``, with the scale in its metadata."""
+        from safetensors.torch import save_file
+
+        weights = {k: v.detach().cpu().contiguous() for k, v in self.state_dict().items()}
+        meta = {"adapters": str(self.adapters), "rank": str(self.rank), "scale": repr(self.scale)}
+        save_file(weights, str(Path(folder) / ENSEMBLE_FILE), metadata=meta)
+
     def distinctness(self, eps: float = 1e-6) -> torch.Tensor:
         """Mean over layers of nuclear_norm(row-normalised [vec(B_k A_k)]_k) / K, in [1/sqrt(K), 1]."""
         values = [update_distinctness(self.lora_A[_key(n)], self.lora_B[_key(n)], eps) for n, _ in self.targets]
@@ -209,3 +219,24 @@ def mutual_information(logits: torch.Tensor) -> torch.Tensor:
     total = -(log_mean.exp() * log_mean).sum(-1)  # H(mean p) [B, T]
     expected = -(p * logp).sum(-1).mean(0)  # mean_k H(p_k) [B, T]
     return (total - expected).clamp(min=0.0)
+
+
+@torch.no_grad()
+def merge_saved_ensemble(model: nn.Module, folder: str | Path) -> bool:
+    """Merge a saved ensemble's mean update into ``model``: ``W += s * mean_k B_k A_k`` on each target linear
+    (the policy UG-TTT evaluates with). Returns False when ``folder`` holds no ``ensemble.safetensors``."""
+    from safetensors import safe_open
+
+    path = Path(folder) / ENSEMBLE_FILE
+    if not path.is_file():
+        return False
+    modules = dict(model.named_modules())
+    with safe_open(str(path), framework="pt") as f:
+        scale = float(f.metadata()["scale"])
+        for key in [k for k in f.keys() if k.startswith("lora_A.")]:
+            name = key.removeprefix("lora_A.")
+            a, b = f.get_tensor(key), f.get_tensor(f"lora_B.{name}")  # [K, r, in], [K, out, r]
+            weight = modules[name.replace("__", ".")].weight
+            update = torch.einsum("kor,kri->oi", b.float(), a.float()) / a.size(0)
+            weight += (scale * update).to(weight.device, weight.dtype)
+    return True

@@ -28,7 +28,8 @@ Choices where the seed is silent:
 - MI is taken on the temperature-scaled distributions the policy samples from (``train.temperature``).
 - Outside training (held-out evaluation, ``rlpost eval`` of an in-process model) the policy is the
   ensemble mean (the adapters' average update); the saved model folder holds the frozen base's
-  weights as a plain model plus ``ensemble.safetensors`` (the K adapters), which resumes restore.
+  weights as a plain model plus ``ensemble.safetensors`` (the K adapters), which resumes restore and
+  ``rlpost eval`` merges (``merge_saved_ensemble``: the same ensemble mean).
 - The distinctness term is a per-step scalar, added to each micro-batch's loss divided by the
   gradient-accumulation steps (as the aggregation normalises the policy loss).
 """
@@ -40,12 +41,10 @@ from contextlib import contextmanager
 from typing import Any
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
-from rlpost.algorithms.lora_ensemble import ATTRIBUTE, LoraEnsemble, mutual_information
+from rlpost.algorithms.lora_ensemble import ATTRIBUTE, ENSEMBLE_FILE, LoraEnsemble, mutual_information
 from rlpost.trainer import RLPostTrainer
-
-ENSEMBLE_FILE = "ensemble.safetensors"
 
 
 def adapter_of_rows(first: int, rows: int, group_size: int, adapters: int) -> torch.Tensor:
@@ -191,8 +190,7 @@ class UGTTTTrainer(RLPostTrainer):
         state_dict = {k: v for k, v in policy.state_dict().items() if not k.startswith(f"{ATTRIBUTE}.")}
         super()._save(output_dir, state_dict=state_dict)
         if self.args.should_save:
-            weights = {k: v.detach().cpu().contiguous() for k, v in self.ensemble.state_dict().items()}
-            save_file(weights, os.path.join(output_dir, ENSEMBLE_FILE))
+            self.ensemble.save(output_dir)
 
     def _load_optimizer_and_scheduler(self, checkpoint):
         if checkpoint is not None:

@@ -92,6 +92,10 @@ def load_policy(s: PolicySettings):
     base = replace(s.model, lora=LoraSettings())
     model = load_model(base)
     tokenizer = load_tokenizer(base)
+    if s.model.path:  # a UG-TTT checkpoint: the frozen base plus its adapters, evaluated as their mean
+        from rlpost.algorithms.lora_ensemble import merge_saved_ensemble
+
+        merge_saved_ensemble(model, s.model.path)
     if s.adapter is not None:
         from peft import PeftModel
 

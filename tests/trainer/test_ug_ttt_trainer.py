@@ -11,10 +11,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from rlpost.algorithms.ug_ttt import ENSEMBLE_FILE, UGTTTTrainer
+from rlpost.algorithms.lora_ensemble import ENSEMBLE_FILE, merge_saved_ensemble
+from rlpost.algorithms.ug_ttt import UGTTTTrainer
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.errors import ConfigError
+from rlpost.models import ModelConfig, load_model
 
 from trainer_utils import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
 
@@ -44,6 +46,16 @@ def test_two_steps_train_every_adapter_and_no_base_weight(tmp_path):
     assert set(saved) == {k for k in trainer.ensemble.state_dict()}
     weights = load_file(checkpoint / "model.safetensors")
     assert not any(k.startswith("rlpost_ensemble") for k in weights)  # the base stays a plain model
+    # rlpost eval of the folder: the frozen base with the ensemble's mean update merged, the policy the run
+    # evaluated (outside training the layers run the mean)
+    merged = load_model(ModelConfig(source="hf", path=str(checkpoint)))
+    assert merge_saved_ensemble(merged, checkpoint) and not merge_saved_ensemble(merged, tmp_path)
+    ids = torch.randint(0, 100, (2, 6))
+    policy = trainer.accelerator.unwrap_model(trainer.model).eval()
+    with torch.no_grad():
+        torch.testing.assert_close(merged.eval()(ids).logits, policy(ids).logits, atol=1e-4, rtol=1e-4)
+        with trainer.ensemble.use(None):  # and not the base: the adapters moved it
+            assert not torch.allclose(merged(ids).logits, policy(ids).logits, atol=1e-4)
     with torch.no_grad():  # a resume puts the saved adapters back
         for p in trainer.ensemble.parameters():
             p.add_(1.0)
