@@ -51,6 +51,9 @@ class Endpoint(BaseHTTPRequestHandler):
             criterion = prompt.split("Criterion: ", 1)[1].split("\n")[0]
             word = criterion.rstrip(".").split()[-1]
             reply = "Maybe" if word == "unclear" else ("Yes" if word in response else "No")
+        elif behaviour == "feedback":  # DITTO's feedback model: feedback that quotes the rollout it is about
+            response = prompt.split("Response: ", 1)[1].split("\n\nReference: ")[0]
+            reply = f"Your response '{response[:30]}' does not state the final answer.\n\nSecond paragraph."
         elif behaviour == "revise":  # a rubric writer's revised criterion
             reply = "- The response states the final answer and checks it by a second method."
         elif behaviour == "ares":  # one well-formed ARES instance about iron (faithful to the iron document only)

@@ -9,6 +9,7 @@ import math
 
 import pytest
 import torch
+from support_judges import requests_for
 from trl import GRPOTrainer
 
 from rlpost.data import load_datasets
@@ -277,17 +278,27 @@ def check_trained_under_original_prompt(trainer, generate_calls, min_rows: int =
     return len(strategy.last)
 
 
-def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tmp_path, generate_calls):
+def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tmp_path, generate_calls, server):
+    # DITTO (seed 004 #16): a feedback model (an endpoint here) writes feedback on each specific rollout
+    writer = ["algorithm.rollout.writer.backend=openai", f"algorithm.rollout.writer.base_url={server}/feedback/v1"]
     trainer = train(
-        [*data_files(tmp_path), "algorithm/rollout=feedback_refine", "algorithm.rollout.feedback_column=tip"],
+        [*data_files(tmp_path), "algorithm/rollout=feedback_refine", *writer,
+         "algorithm.rollout.reference_column=answer"],
         tmp_path,
-    )
+    )  # fmt: skip
     assert check_trained_under_original_prompt(trainer, generate_calls) == 4  # k=2 slots x 2 groups
-    for slot, request in trainer.run.algorithm.rollout.last.items():
-        tip = trainer.batches[-1]["rows"][slot]["tip"]
-        assert tip in request.note
-        assert request.prompt[-2] == {"role": "assistant", "content": trainer.batches[-1]["texts"][request.source]}
+    batch = trainer.batches[-1]
+    for request in trainer.run.algorithm.rollout.last.values():
+        attempt = batch["texts"][request.source]
+        assert request.prompt[-2] == {"role": "assistant", "content": attempt}
+        # the feedback is about this rollout (it quotes it), cut at its first blank line
+        assert request.note.startswith(f"Feedback on your response: Your response '{attempt[:30]}'")
+        assert "Second paragraph" not in request.note
+    asks = [e["prompt"] for e in requests_for("feedback")]
+    assert len(asks) == 8  # 2 steps x 2 groups x k=2
+    assert all("Task: " in a and "Response: " in a and "\n\nReference: " in a for a in asks)
     assert logged(trainer, "rlpost/rollout/conditioned_frac") == [0.5, 0.5]
+    assert logged(trainer, "rlpost/rollout/feedback_refine/written_frac") == [1.0, 1.0]
 
 
 def test_hindsight_critique_conditions_failed_rollouts_on_the_gold_answer(tmp_path, generate_calls):
