@@ -33,6 +33,7 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from rlpost.component import Component
+from rlpost.losses.base import LossInputs
 from rlpost.registry import Registry
 
 NATURAL = "natural"
@@ -186,7 +187,8 @@ def with_user_text(prompt: Any, text: str) -> Any:
 class RolloutStrategy(Component):
     """Produces the B rows of a generation batch (each prompt's group of G) from the prompts [B].
 
-    Optional members: ``adjust_rewards`` (below); ``check_run``, ``describe``, ...: ``Component``.
+    Optional members: ``adjust_rewards`` and ``loss_term`` (below); ``check_run``, ``describe``, ...:
+    ``Component``.
     """
 
     # what adjust_rewards does: "none" (the default: rewards unchanged); "relative" (new values from the
@@ -205,6 +207,11 @@ class RolloutStrategy(Component):
         """Combined rewards [N] of a training batch, each row's kind, dataset row and completion [N], G ->
         adjusted rewards [N] and float metrics; runs right after ``combine``. Default: unchanged, no metrics."""
         return rewards, {}
+
+    def loss_term(self, x: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:
+        """An extra per-token loss term [B, T] on the rows this strategy shaped (RISE-RL's auxiliary objective on
+        its guided rollouts), added before the run's aggregation, and metrics. Default: none."""
+        return None, {}
 
 
 ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout", RolloutStrategy)

@@ -55,6 +55,10 @@ class LossSeams(SeamBase):
             term, reg_metrics = regularizer(x)
             per_token = per_token + term
             metrics.update({(name if key == name else f"{name}/{key}"): v for key, v in reg_metrics.items()})
+        aux, aux_metrics = algo.rollout.loss_term(x)  # a rollout strategy's own objective (RISE-RL's guided rows)
+        if aux is not None:
+            per_token = per_token + aux
+            metrics.update({f"rlpost/rollout/{key}": v for key, v in aux_metrics.items()})
         per_token = per_token + self._critic_loss(x, metrics)  # PPO's value loss (algorithms/ppo.py); 0 here
 
         grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1

@@ -256,8 +256,9 @@ def test_draft_model_drafts_are_mismatched_and_of_the_asked_correctness(correctn
 
 
 # ---- conditioned second rollout under the original prompt (000 #6, #12, #19; 004 #16) ---------
-def check_trained_under_original_prompt(trainer, generate_calls, min_rows: int = 1) -> int:
-    """Rows filled by a conditioned rollout: sampled under the conditioned prompt, scored and trained under x."""
+def check_trained_under_original_prompt(trainer, generate_calls, min_rows: int = 1, in_group: bool = True) -> int:
+    """Rows filled by a conditioned rollout: sampled under the conditioned prompt, scored and trained under x
+    (``in_group=False``: out of the GRPO group, NaN reward and zero advantage: RISE-RL's auxiliary objective)."""
     strategy = trainer.run.algorithm.rollout
     sampled = {}
     for prompts, texts in generate_calls:
@@ -273,7 +274,10 @@ def check_trained_under_original_prompt(trainer, generate_calls, min_rows: int =
         assert unpadded(b["prompt_ids"][slot], b["prompt_mask"][slot]) == original_prompt_ids(trainer, x)
         assert b["scored"][0][slot] == x  # scored under x too
         assert b["scored"][1][slot][0]["content"] == b["texts"][slot]
-        assert torch.isfinite(b["rewards"][slot]) and torch.isfinite(b["advantages"][slot]).all()
+        if in_group:
+            assert torch.isfinite(b["rewards"][slot]) and torch.isfinite(b["advantages"][slot]).all()
+        else:
+            assert torch.isnan(b["rewards"][slot]) and (b["advantages"][slot] == 0).all()
     assert len(strategy.last) >= min_rows
     return len(strategy.last)
 
@@ -329,8 +333,13 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
     )
     strategy = trainer.run.algorithm.rollout
     kept = logged(trainer, "rlpost/rollout/rubric_guidance/kept_frac")
-    assert logged(trainer, "rlpost/rollout/rubric_guidance/conditioned") == [4.0, 4.0]
-    check_trained_under_original_prompt(trainer, generate_calls)
+    # "repeatedly missed" counts across training (repeat_min 2): the first group of step 1 is each criterion's
+    # first miss (no hint), the second group its second; in step 2 both groups get hints
+    assert logged(trainer, "rlpost/rollout/rubric_guidance/conditioned") == [2.0, 4.0]
+    assert strategy.misses == {c.text: 4 for c in strategy._criteria(trainer.batches[-1]["rows"][0])}
+    check_trained_under_original_prompt(trainer, generate_calls, in_group=False)
+    aux = logged(trainer, "rlpost/rollout/rubric_guidance/aux_nll")  # the separate objective ran
+    assert aux and all(math.isfinite(v) and v > 0 for v in aux)
     for request in strategy.last.values():
         assert "The final number in the response is equal to the reference answer." in request.note
     # the keep rule, recomputed from the judge on the last batch: kept rows beat their group's natural mean

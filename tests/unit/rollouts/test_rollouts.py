@@ -15,12 +15,13 @@ from rlpost import cli
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.errors import ConfigError
+from rlpost.losses.base import LossInputs
 from rlpost.rollouts.base import Rollouts, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt
 from rlpost.rollouts.draft_injection import DraftInjection, is_correct, make_correct, make_wrong, next_other
 from rlpost.rollouts.forced_refusal import ForcedRefusal, refusal_rewards
 from rlpost.rollouts.generic_negative import negative_baseline_rewards
-from rlpost.rollouts.rubric_guidance import missed_criteria, rise_keep, weighted_mean
+from rlpost.rollouts.rubric_guidance import RubricGuidance, faded, missed_criteria, rise_keep, weighted_mean
 
 NAN = float("nan")
 
@@ -75,6 +76,50 @@ def test_rise_rl_missed_criteria_and_keep_rule_by_hand():
     keep = rise_keep(torch.tensor([0.37, 0.36, NAN, 1.0]), natural)
     assert keep.tolist() == [True, False, False, True]
     assert rise_keep(torch.tensor([0.5]), torch.tensor([NAN, NAN])).tolist() == [False]  # no natural mean
+
+
+def test_rise_rl_removal_rule_by_hand():
+    # ema_1 = benefit_1; ema_t = 0.5 ema_{t-1} + 0.5 benefit_t; removed after 2 batches in a row with ema < 0.0
+    ema, streak = faded(None, 0.2, 0.5, 0.0, 0)
+    assert (ema, streak) == (0.2, 0)
+    ema, streak = faded(ema, -0.3, 0.5, 0.0, streak)  # 0.5 * 0.2 + 0.5 * -0.3 = -0.05 < 0
+    assert ema == pytest.approx(-0.05) and streak == 1
+    ema, streak = faded(ema, 0.08, 0.5, 0.0, streak)  # -0.025 + 0.04 = 0.015 >= 0: the run of lows restarts
+    assert ema == pytest.approx(0.015) and streak == 0
+    ema, streak = faded(ema, -0.1, 0.5, 0.0, streak)  # 0.0075 - 0.05 = -0.0425
+    ema, streak = faded(ema, -0.1, 0.5, 0.0, streak)  # -0.02125 - 0.05 = -0.07125
+    assert ema == pytest.approx(-0.07125) and streak == 2  # patience 2: the auxiliary objective is off
+
+
+def rise(**overrides) -> RubricGuidance:
+    judge = {"judge": {"model": {"source": "tiny_random", "tiny_layers": 1}}}
+    return RubricGuidance(RubricGuidance.Config(rubric={**judge}, **overrides))
+
+
+def test_rise_rl_privileged_rows_leave_the_group_for_the_auxiliary_objective():
+    strategy = rise(aux_coef=0.5)
+    rewards = torch.tensor([0.2, 0.6, 0.9, 0.4])
+    kinds = ["natural", "natural", "conditioned", "natural"]
+    adjusted, _ = strategy.adjust_rewards(rewards, kinds, [{}] * 4, ["a"] * 4, 4)
+    assert adjusted[:2].tolist() == pytest.approx([0.2, 0.6]) and adjusted[2].isnan() and adjusted[3] == 0.4
+    # the auxiliary term: -w_i * logp_it on guided rows (w = 0.5 on row 1), 0 elsewhere
+    logps = torch.tensor([[-1.0, -2.0], [-0.5, -1.5]])
+    x = LossInputs(
+        logps=logps,
+        old_logps=logps,
+        advantages=torch.zeros(2, 1),
+        mask=torch.tensor([[1.0, 1.0], [1.0, 0.0]]),
+        batch={"rlpost_guided": torch.tensor([0.0, 0.5])},
+    )
+    term, metrics = strategy.loss_term(x)
+    assert term.tolist() == [[0.0, 0.0], [0.25, 0.75]]
+    assert metrics == {"rubric_guidance/aux_nll": pytest.approx(0.5)}  # masked mean of -logp on row 1: 0.5
+    x.batch["rlpost_guided"] = torch.zeros(2)
+    assert strategy.loss_term(x) == (None, {})
+    strategy.misses, strategy.aux_on = {"- a criterion": 3}, False
+    restored = rise()
+    restored.load_state_dict(strategy.state_dict())
+    assert restored.misses == {"- a criterion": 3} and restored.aux_on is False
 
 
 def test_rollout_rows_put_and_force():
