@@ -23,8 +23,9 @@ one group (DITTO's "both outputs are jointly optimized with GRPO"); a conditione
 prompt is multi-turn (x, the attempt as an assistant turn, the feedback as a user turn), on a plain
 prompt the same texts concatenated; attempts are cut to ``max_attempt_chars``; the tokens of z were
 sampled under c, so their old log-probs (computed by TRL under x) make the update an off-policy
-one, as in the seeds, with no extra correction. A separate auxiliary objective (RISE-RL) and a
-trained critic (ICRL, HindSearch's distillation loss) are not implemented: z joins the GRPO group.
+one, as in the seeds, with no extra correction. RISE-RL's z leave the GRPO group for its separate
+auxiliary objective (rubric_guidance.py: ``adjust_rewards`` and ``loss_term``); a trained critic (ICRL)
+and HindSearch's distillation loss are not implemented: there z joins the GRPO group.
 """
 
 from __future__ import annotations
