@@ -45,6 +45,9 @@ from rlpost.rewards.rubric import Criterion, prompt_text
 
 MEMORY_FILE = "rubric_memory.jsonl"
 STOP = frozenset("the response that with this have from does each their there which answer".split())
+# a criterion that repeats the prompt's statistics is about training, not about the response (a small writer
+# echoes "over the last 5 training steps they met it 30% of the time" back into its criterion)
+ECHO = re.compile(r"training steps?|% of the time|\bmet it\b|grading criterion", re.IGNORECASE)
 PROMPTS = {
     "raise": (
         "A grading criterion has become too easy: over the last {n} training steps responses met it {mean:.0%} "
@@ -199,12 +202,13 @@ def writer_prompt(memory: list[dict[str, Any]], criterion: Criterion, decision: 
 
 
 def parse_criterion(reply: str | None, old: str, max_chars: int) -> str | None:
-    """The writer's new criterion: its first non-empty line without bullets or quotes; None when unusable."""
+    """The writer's new criterion: its first non-empty line without bullets or quotes; None when unusable (too
+    short or long, unchanged, or echoing the prompt's statistics instead of saying what a response must do)."""
     if not reply:
         return None
     for line in reply.splitlines():
         text = line.strip().lstrip("-*0123456789.) ").strip().strip('"').strip("'").strip()
         if text:
-            ok = 10 <= len(text) <= max_chars and text.lower() != old.lower()
+            ok = 10 <= len(text) <= max_chars and text.lower() != old.lower() and not ECHO.search(text)
             return text if ok else None
     return None

@@ -90,6 +90,9 @@ def test_the_writers_reply_is_one_usable_sentence():
     assert parse_criterion("The response gives one number.", old, 300) is None  # unchanged
     assert parse_criterion("ok", old, 300) is None and parse_criterion(None, old, 300) is None
     assert parse_criterion("x" * 400, old, 300) is None
+    # Qwen2.5-Coder-0.5B's clarification of a failing criterion in a CPU run: it echoes the prompt's statistics
+    echo = "The response must contain a good response that meets the criteria of over the last 5 training steps they met it 30% of the time."
+    assert parse_criterion(echo, old, 300) is None
 
 
 def make_run(tmp_path, steps):
