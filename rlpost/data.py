@@ -22,6 +22,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from rlpost.errors import ConfigError
+from rlpost.generated_data import GENERATED
 from rlpost.schema import (  # noqa: F401  (REPO_ROOT, resolve_data_path: re-exported for the tools)
     REPO_ROOT,
     PathSpec,
@@ -96,32 +97,6 @@ class DataConfig:
         if self.max_prompt_chars is not None and self.max_prompt_chars < 1:
             raise ValueError(f"data.max_prompt_chars must be >= 1 or null, got {self.max_prompt_chars}")
         # data.transform and data.env are built and checked by build_run (rlpost/build.py), not here
-
-
-def _ifeval_train(seed: int, size: int, **params) -> list[dict]:
-    from rlpost.ifeval_train import ifeval_train_rows
-
-    return ifeval_train_rows(seed, size, **params)
-
-
-def _formula_tasks(seed: int, size: int, **params) -> list[dict]:
-    from rlpost.formula_panel import formula_task_rows
-
-    return formula_task_rows(seed, size, **params)
-
-
-def _infill(seed: int, size: int, **params) -> list[dict]:
-    from rlpost.infill_data import infill_rows
-
-    return infill_rows(seed, size, **params)
-
-
-# data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
-GENERATED: dict[str, tuple[Any, str | None]] = {
-    "ifeval_train": (_ifeval_train, "ifeval"),
-    "formula_tasks": (_formula_tasks, None),
-    "infill": (_infill, None),
-}
 
 
 def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
