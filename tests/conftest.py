@@ -6,8 +6,8 @@ import pytest
 import torch
 
 # fixtures shared across folders: no_launch (tests/support_config.py); the local judge endpoint `server` and
-# its log reset `clear_log` (tests/support_judges.py)
-pytest_plugins = ["support_config", "support_judges"]
+# its log reset `clear_log` (tests/support_judges.py); `generate_calls`, what TRL was asked to sample (tests/support_rollouts.py)
+pytest_plugins = ["support_config", "support_judges", "support_rollouts"]
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
