@@ -327,4 +327,35 @@ def pairs(steps: int) -> list[Pair]:
             ["rlpost/reward", "rlpost/rollout/frost/gain", "rlpost/rollout/frost/improved_frac", "step_time"],
             eval_keys=["eval/reward", "eval/sampled/reward_best@1", "eval/sampled/reward_best@4"],
         ),
+        Pair(
+            "ditto",
+            "DITTO (seed 004 #16): a frozen Qwen2.5-Coder-0.5B writes feedback on 2 rollouts per group, the "
+            "feedback-conditioned rewrites join the group vs GRPO, basic_arithmetic",
+            ["recipe=ditto", *batch],
+            ["recipe=default", *batch],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/feedback_refine/written_frac",
+                "rlpost/rollout/feedback_refine/feedback_chars_mean",
+                "rlpost/rollout/feedback_refine/kept_frac",
+                "step_time",
+            ],
+        ),
+        Pair(
+            "rise_rl",
+            "RISE-RL (seed 000 #6): privileged rollouts from repeatedly missed rubric items, trained by the "
+            "separate auxiliary objective until it fades vs GRPO on the same rubric reward",
+            ["recipe=rise_rl", *batch],
+            ["recipe=rise_rl", "algorithm/rollout=none", *batch],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/rubric_guidance/repeated_criteria_per_group",
+                "rlpost/rollout/rubric_guidance/kept_frac",
+                "rlpost/rollout/rubric_guidance/benefit_ema",
+                "rlpost/rollout/rubric_guidance/aux_on",
+                "rlpost/rollout/rubric_guidance/aux_nll",
+                "step_time",
+            ],
+            eval_keys=["eval/math_answer", "eval/reward"],
+        ),
     ]
