@@ -25,6 +25,7 @@ commands:
   diagnose  RL headroom before training (pass@k - pass@1, reward variance in groups): rlpost diagnose [model=...] [data=...]
   synth-rubrics  rubric-annotated RL data from documents (ARES): rlpost synth-rubrics documents=... [out=data.jsonl]
   revise-rubrics  revise a run's rubric from its evaluation memory (AMARIS): rlpost revise-rubrics run=<run dir>
+  align-simulator  fit the simulated user to logged dialogues, gap before/after (calibrated IRL): rlpost align-simulator out=DIR
   probe   reward-seeking rates of a run's checkpoints (grader vs user/developer): rlpost probe run=<run dir> [belief=context]
   report  a self-contained HTML page of a run or a sweep: rlpost report path=<run or multirun dir> [out=FILE]
   serve   TRL's vLLM server for hardware=vllm-server rollouts: rlpost serve model=... [hardware.vllm_server_port=8000]
@@ -44,6 +45,7 @@ COMMANDS: dict[str, str] = {
     "diagnose": "diagnose",
     "synth-rubrics": "synth_rubrics",
     "revise-rubrics": "revise_rubrics",
+    "align-simulator": "align_simulator",
     "probe": "probe",
     "report": "report",
     "serve": "serve",  # scale-out

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from rlpost.correctness import Correctness
+from rlpost.envs.base import held_out_episodes
 from rlpost.evaluate import evaluate, evaluate_sampled
 from rlpost.launch.deepspeed import gathered_parameters
 from rlpost.reward_guard import guard_rewards
@@ -79,7 +80,8 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
     ev, temperature, show = run.settings.eval, run.settings.train.temperature, run.settings.logging.progress
     reward = split.reward
     result: dict[str, float] = {}
-    with reward.held_out(), state_restored(split.env):  # nor a stateful environment (a factor database)
+    # nor a stateful environment (a factor database); episodes are played as held-out ones
+    with reward.held_out(), state_restored(split.env), held_out_episodes(split.env):
         funcs = guard_rewards(reward.funcs, reward.failure)
         if split.single:
             result.update(

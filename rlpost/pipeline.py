@@ -185,6 +185,9 @@ def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metri
     """Stage 2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only)."""
     if x.kinds is None or not x.training:
         return task
+    for kind in sorted(set(x.kinds)):  # what each kind of row scored before the strategy rewrites it
+        rows = torch.tensor([k == kind for k in x.kinds], device=task.values.device)
+        metrics[f"rollout/{kind}_reward"] = torch.nanmean(task.values[rows]).item()
     values, extra = algo.rollout.adjust_rewards(task.values, x.kinds, x.rows, x.completions, x.num_generations)
     metrics.update(extra)
     return Rewards(values)

@@ -29,7 +29,8 @@ what a checkpoint would have to restore.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
@@ -67,6 +68,9 @@ class Environment(Component):
         step_timeout_s: Annotated[float, Range(gt=0)] = 10.0  # one env.step (a tool call, a user reply)
 
     runs_code: bool = False
+    # True while held-out episodes run (``held_out_episodes``): an environment may play them differently (the
+    # simulated user: the scripted traveller that stands in for real users); fresh() copies it
+    evaluating: bool = False
     # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
     # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
     verifiable: ClassVar[bool] = False
@@ -145,7 +149,9 @@ class Environment(Component):
 
     def fresh(self) -> Environment:
         """A new environment of this kind and config: one per episode."""
-        return type(self)(self.cfg)
+        env = type(self)(self.cfg)
+        env.evaluating = self.evaluating
+        return env
 
     @property
     def active(self) -> bool:
@@ -232,6 +238,19 @@ class ToolEnvironment(Environment):
                     f"data.env.tool_format=chat_template needs a chat template with tool calls, and "
                     f"{run.model.display_name}'s has none; use data.env.tool_format=tags (the tag protocol)."
                 )
+
+
+@contextmanager
+def held_out_episodes(env: Environment | None) -> Iterator[None]:
+    """Inside the block ``env`` (and every fresh() copy) plays held-out episodes (``evaluating``)."""
+    before = env.evaluating if env is not None else False
+    if env is not None:
+        env.evaluating = True
+    try:
+        yield
+    finally:
+        if env is not None:
+            env.evaluating = before
 
 
 def row_messages(row: dict[str, Any]) -> list[Message]:

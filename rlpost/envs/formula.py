@@ -75,7 +75,8 @@ class Formula(Environment):
         self.start, self.window = 0, 0
 
     def fresh(self) -> Formula:
-        env = type(self)(self.cfg)
+        env = super().fresh()
+        assert isinstance(env, Formula)
         env.library = self.library  # one database for the whole run
         return env
 

@@ -14,6 +14,11 @@ row's columns) and the conversation from its side (its own lines as ``assistant`
 ``user``). It is loaded once per process and shared by every episode. Choices where the issue is silent:
 the goal slots are the row's ``goal_*`` columns (``slots``), compared after stripping spaces and a trailing
 "class"; a booking with the wrong number of slots scores 0.
+
+Sim-to-real (seed 004 #5, calibrated interactive RL): ``held_out_user: scripted`` plays held-out episodes against the
+scripted traveller (rlpost/envs/scripted_traveller.py), the stand-in for real users that also speaks the bundled
+logged dialogues the simulator can be aligned to (``rlpost align-simulator``, rlpost/sim_alignment.py); training
+episodes always meet the simulator.
 """
 
 from __future__ import annotations
@@ -23,6 +28,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
+from rlpost.envs.scripted_traveller import traveller_reply
 from rlpost.model_options import frozen_generator, generate_reply, named_model_config
 from rlpost.schema import Range
 from rlpost.transforms.base import add_note
@@ -48,6 +54,16 @@ class SimulatedUserConfig(Environment.Config):
     user_prompt: str = USER  # the simulator's system message, formatted with the row's columns
     slots: list[str] = field(default_factory=lambda: ["goal_city", "goal_day", "goal_class"])  # the hidden goal
     reward: Literal["all", "fraction"] = "all"  # 1.0 only when every slot is right, or the share right
+    # who answers in held-out episodes: the simulator, or the scripted traveller that stands in for real users
+    # (rlpost/envs/scripted_traveller.py; seed 004 #5's sim-to-real gap; needs the three default slots)
+    held_out_user: Literal["simulator", "scripted"] = "simulator"
+
+    def __post_init__(self):
+        if self.held_out_user == "scripted" and list(self.slots) != list(SCRIPTED_SLOTS):
+            raise ValueError(f"held_out_user=scripted plays the booking goal: slots must be {list(SCRIPTED_SLOTS)}")
+
+
+SCRIPTED_SLOTS = ("goal_city", "goal_day", "goal_class")
 
 
 def normalize(value: str) -> str:
@@ -68,6 +84,7 @@ class SimulatedUser(Environment):
         self.goal: list[str] = []
         self.persona = ""
         self.dialogue: list[tuple[str, str]] = []  # (speaker, text): "user" is the simulator
+        self.given: set[str] = set()  # the slots the scripted traveller has said
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         self.goal = [str(row[s]) for s in self.cfg.slots]
@@ -85,6 +102,14 @@ class SimulatedUser(Environment):
             model, tok, [{"role": "system", "content": self.persona}, *turns], self.cfg.user_max_new_tokens
         )
 
+    @property
+    def scripted(self) -> bool:
+        return self.evaluating and self.cfg.held_out_user == "scripted"
+
+    def scripted_reply(self, message: str) -> str:
+        goal = dict(zip(("city", "day", "class"), self.goal))
+        return traveller_reply(goal, message, self.given, f"{self.dialogue[0][1]}|{len(self.dialogue)}")
+
     def step(self, message: str) -> StepResult:
         self.dialogue.append(("assistant", message))
         booking = re.search(r"BOOK:\s*(.+)", message)
@@ -94,7 +119,7 @@ class SimulatedUser(Environment):
             share = sum(right) / len(self.goal)
             reward = share if self.cfg.reward == "fraction" else float(share == 1.0)
             return StepResult(reward=reward, done=True, info={"slots_right": sum(right)})
-        answer = self.reply()
+        answer = self.scripted_reply(message) if self.scripted else self.reply()
         self.dialogue.append(("user", answer))
         return StepResult([{"role": "user", "content": answer}])
 

@@ -104,6 +104,7 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
         ("reward", "reward_model"): [f"reward.terms.0.params.path={tmp / 'rm'}"],
         ("recipe", "grpo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
         ("recipe", "ppo_rm"): [f"reward.terms.1.params.path={tmp / 'rm'}"],
+        ("recipe", "calibrated_irl"): [f"data.env.user_overrides.path={tmp / 'model'}"],  # rlpost align-simulator
         ("model", "hf"): [f"model.path={tmp / 'model'}"],
         ("hardware", "multi-node"): ["hardware.main_process_ip=10.0.0.1"],
         ("data", "jsonl"): [f"data.path={tmp / 'rows.jsonl'}"],

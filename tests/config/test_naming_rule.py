@@ -116,6 +116,8 @@ HELPERS: dict[str, str] = {
     "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
     "envs/search_data.py": "the bundled search corpus and questions (python -m rlpost.envs.search_data)",
     "envs/booking_data.py": "the bundled simulated-user task (python -m rlpost.envs.booking_data)",
+    "envs/booking_dialogues.py": "the logged booking dialogues a simulator is aligned to (python -m ...)",
+    "envs/scripted_traveller.py": "the scripted traveller: the logs' user and the held-out users of simulated_user",
 }
 BASE_BUNDLE = "grpo"
 

@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from support_judges import requests_for
 from support_rollouts import check_trained_under_original_prompt, data_files, logged, train
@@ -34,6 +35,11 @@ def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tm
     assert all("Task: " in a and "Response: " in a and "\n\nReference: " in a for a in asks)
     assert logged(trainer, "rlpost/rollout/conditioned_frac") == [0.5, 0.5]
     assert logged(trainer, "rlpost/rollout/feedback_refine/written_frac") == [1.0, 1.0]
+    # each kind's mean reward before any rewrite: the hash reward is the only term (weight 1)
+    reward = batch["terms"][:, 0]
+    for kind in ("natural", "conditioned"):
+        rows = torch.tensor([k == kind for k in batch["kinds"]])
+        assert logged(trainer, f"rlpost/rollout/{kind}_reward")[-1] == pytest.approx(float(reward[rows].mean()))
 
 
 def test_hindsight_critique_conditions_failed_rollouts_on_the_gold_answer(tmp_path, generate_calls):

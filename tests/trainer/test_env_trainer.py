@@ -175,3 +175,37 @@ def test_cusearch_selection_halves_the_update_and_checkpoints_its_threshold(tmp_
     assert all(log["rlpost/select/depth_mean"] == 0.0 and log["rlpost/select/threshold"] == 1.0 for log in logs)
     state = torch.load(tmp_path / "checkpoint-2" / "rlpost_state.pt", weights_only=False)
     assert state["algorithm.select"] == {"threshold": 1, "batches": 2}
+
+
+# a random policy never books right: a hash of the text next to the booking reward gives the group a spread
+BOOKING_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+
+
+def test_interactive_rl_against_an_aligned_simulator_judged_by_scripted_users(tmp_path, monkeypatch):
+    """Calibrated interactive RL (seed 004 #5): the simulator aligned to the logged dialogues (rlpost
+    align-simulator) plays the user in training; held-out episodes meet the scripted traveller instead."""
+    from rlpost import cli
+    from rlpost.envs.simulated_user import SimulatedUser
+    from rlpost.held_out import evaluate_run
+
+    sim = tmp_path / "sim"
+    assert cli.main(["align-simulator", f"out={sim}", "user_model=tiny-random", "steps=1", "max_new_tokens=2"]) == 0
+    calls = []
+    reply = SimulatedUser.reply
+    monkeypatch.setattr(SimulatedUser, "reply", lambda self: calls.append(1) or reply(self))  # counts simulator turns
+    trainer, _ = env_trainer(
+        ["data=booking", "data/env=simulated_user", "reward=env", BOOKING_AND_HASH, "data.env.user_model=hf",
+         f"+data.env.user_overrides.path={sim / 'model'}", "data.env.held_out_user=scripted", "data.env.max_turns=2",
+         "data.env.user_max_new_tokens=3", "data.eval_size=4", "eval.size=4", "train.steps=2"], tmp_path / "run",
+    )  # fmt: skip
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    logs = step_logs(trainer)
+    assert len(logs) == 2 and all(math.isfinite(log["env/turns"]) for log in logs)
+    trained_turns = len(calls)
+    assert trained_turns > 0, "the aligned simulator never answered in training"
+    _, eval_set = load_datasets(trainer.run.data)
+    metrics = evaluate_run(trainer.run, trainer.model, trainer.processing_class, eval_set, [])
+    assert math.isfinite(metrics["eval/reward"]) and len(calls) == trained_turns  # held out: the script answered
+    assert not trainer.run.env.evaluating

@@ -1,0 +1,70 @@
+"""rlpost align-simulator (calibrated interactive RL, seed 004 #5): SFT on the logged user turns lowers their
+loss, the CLI writes the aligned simulator and the gap before/after, and bad input is refused before any model
+loads, with nothing written."""
+
+from __future__ import annotations
+
+import json
+import math
+
+import torch
+from safetensors.torch import load_file
+
+from rlpost import cli
+from rlpost.models import ModelConfig, load_model, load_tokenizer
+from rlpost.sim_alignment import align, batch_tensors, encode, examples, target_nll
+from rlpost.tools.align_simulator import USER, read_dialogues
+
+TINY = ["user_model=tiny-random", "max_new_tokens=4", "batch_size=4"]
+
+
+def test_alignment_lowers_the_loss_of_the_logged_user_turns():
+    config = ModelConfig(name="tiny-random", source="tiny_random")
+    model, tok = load_model(config), load_tokenizer(config)
+    train = [
+        e for d in read_dialogues("recipes/data/booking_dialogues.jsonl", "dialogues")[:2] for e in examples(d, USER)
+    ]
+
+    def nll() -> float:
+        with torch.no_grad():
+            total, n = target_nll(model, *batch_tensors([encode(tok, e) for e in train], tok.pad_token_id))
+        return float(total) / n
+
+    before = nll()
+    seen: list[float] = []
+    losses = align(model, tok, train, steps=6, lr=3e-3, batch_size=len(train), seed=0, on_step=seen.append)
+    assert seen == losses and len(losses) == 6 and all(math.isfinite(x) for x in losses)
+    assert nll() < before - 0.5, (before, nll())  # a whole batch of the same turns six times: the loss falls
+
+
+def test_cli_writes_the_aligned_simulator_and_the_gap(tmp_path, capsys):
+    out = tmp_path / "sim"
+    assert cli.main(["align-simulator", f"out={out}", *TINY, "steps=2"]) == 0
+    report = json.loads((out / "alignment.json").read_text())
+    assert len(report["losses"]) == 2 and report["train_turns"] == 138 and report["held_out_turns"] > 0
+    for side in ("before", "after"):
+        assert set(report[side]) == {"nll", "slot_match", "length_ratio"}
+        assert all(math.isfinite(v) for v in report[side].values())
+    assert report["after"]["nll"] != report["before"]["nll"]
+    saved = load_file(str(out / "model" / "model.safetensors"))
+    original = load_model(ModelConfig(name="tiny-random", source="tiny_random")).state_dict()
+    assert any(not torch.equal(saved[k], original[k]) for k in saved if k in original)  # the weights moved
+    assert "slot_match" in capsys.readouterr().out
+    assert not [p for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary folder left
+
+
+def test_cli_refuses_bad_input(tmp_path, capsys):
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text(json.dumps({"goal_city": "x"}) + "\n")
+    cases = [
+        ([], "out is required"),
+        ([f"out={tmp_path}"], "exists; give a new folder"),
+        ([f"out={tmp_path / 'a'}", "user_model=nope"], "is not a model config; choices: hf,"),
+        ([f"out={tmp_path / 'a'}", f"dialogues={bad}"], "every line needs a 'turns' list"),
+        ([f"out={tmp_path / 'a'}", "user_prompt='{goal_planet}'"], "lacks the column 'goal_planet'"),
+        ([f"out={tmp_path / 'a'}", "steps=-1"], "steps"),
+    ]
+    for args, message in cases:
+        assert cli.main(["align-simulator", *args]) == 2, args
+        assert message in capsys.readouterr().err, args
+    assert not (tmp_path / "a").exists()
