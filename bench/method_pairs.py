@@ -342,6 +342,22 @@ def pairs(steps: int) -> list[Pair]:
             ],
         ),
         Pair(
+            "calibrated_irl",
+            "Calibrated interactive RL (seed 004 #5): GRPO against the simulator aligned to the logged dialogues vs "
+            "against the raw SmolLM2 simulator, booking task, held-out episodes with the scripted travellers",
+            ["recipe=calibrated_irl", f"train.steps={steps}", f"train.save_steps={steps}"],
+            [
+                "recipe=calibrated_irl",
+                "data.env.user_model=smollm2-135m",
+                "~data.env.user_overrides.path",
+                f"train.steps={steps}",
+                f"train.save_steps={steps}",
+            ],
+            ["rlpost/reward", "env/turns", "completions/mean_length", "step_time"],
+            eval_keys=["eval/reward", "eval/accuracy", "eval/env/turns"],
+            baseline_label="raw simulator",
+        ),
+        Pair(
             "rise_rl",
             "RISE-RL (seed 000 #6): privileged rollouts from repeatedly missed rubric items, trained by the "
             "separate auxiliary objective until it fades vs GRPO on the same rubric reward",
