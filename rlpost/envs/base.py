@@ -139,6 +139,14 @@ class Environment(Component):
             f"(reward.on_failure={on_failure})",
         ]
 
+    def metric_names(self) -> list[str]:
+        """The environment's own per-episode metrics, logged as ``env/<name>`` (the same names on every process)."""
+        return []
+
+    def episode_metrics(self, infos: list[dict[str, Any]]) -> dict[str, float]:
+        """One episode's values of ``metric_names`` from its steps' infos (a missing name counts 0)."""
+        return {}
+
     def tools(self) -> list[dict[str, Any]]:
         """JSON schemas of the tools the chat template renders into the prompt (``tools=``); none by default."""
         return []
