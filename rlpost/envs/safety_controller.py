@@ -138,16 +138,18 @@ class SafetyController(Environment):
     Config = SafetyControllerConfig
     cfg: SafetyControllerConfig
 
-    def __init__(self, cfg: SafetyControllerConfig, shared: dict[str, Any] | None = None):
+    def __init__(self, cfg: SafetyControllerConfig):
         super().__init__(cfg)
         self.templates = {str(s.get("name")): s for s in cfg.strategies}  # name -> its template
-        self.shared = {} if shared is None else shared  # the judge and the memo, shared by fresh() copies
+        self.shared: dict[str, Any] = {}  # the judge and the memo, shared with every fresh() copy
         self.question, self.rubric, self.response = "", None, ""
         self.prompt: list[Message] = []
         self.score = self.paid = self.before = 0.0
 
     def fresh(self) -> SafetyController:
-        return type(self)(self.cfg, self.shared)
+        env = type(self)(self.cfg)
+        env.shared = self.shared
+        return env
 
     def scorer(self) -> Any:
         """The rubric reward that scores an answer (built once; a local judge loads on first use)."""
