@@ -324,19 +324,19 @@ def pairs(steps: int) -> list[Pair]:
             "SmolLM2 rubric judge, bundled safety prompts; vs the fixed safety system prompt (no controller)",
             ["recipe=safectrl", f"train.steps={steps}", f"train.save_steps={steps}"],
             # the fixed strategy ignores the policy's text, so training cannot change it: one step gives its eval
-            ["recipe=safectrl", "data.env.fixed_strategy=safety_prompt", "train.steps=1", "train.save_steps=1"],
+            ["recipe=safectrl", "data.env.fixed_strategy=safety", "train.steps=1", "train.save_steps=1"],
             [
                 "rlpost/reward",
                 "env/format_failures",
                 "env/score_before",
                 "env/score_after",
                 "env/regenerations",
-                "env/pick/safety_prompt",
+                "env/pick/safety",
                 "env/pick/stop",
             ],
             eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
                        "eval/env/format_failures"],  # fmt: skip
-            baseline_label="always safety_prompt",
+            baseline_label="always safety",
         ),
         Pair(
             "frost",

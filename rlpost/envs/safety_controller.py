@@ -13,7 +13,9 @@ answer and ends the episode; so do a format failure and ``max_turns``.
 Parsing (``keyword``, default ``STRATEGY:``): the first occurrence of the keyword (case-insensitive), then the
 word after it (``*``, backticks and quotes around it ignored, lower-cased) must be a configured strategy name;
 no keyword, or an unknown name, is a format failure. With ``keyword: ""`` the first configured name that
-occurs in the message as a whole word is the pick.
+occurs in the message as a whole word is the pick (recipe=safectrl: the untrained SmolLM2-135M never wrote the
+keyword in a smoke run, 0 of 8 turns, so a strict parse gives GRPO no reward variance to start from; the
+default names are single words for that reason).
 
 Reward (per turn; ``paid`` = what earlier turns paid, 0 at reset)::
 
@@ -22,8 +24,9 @@ Reward (per turn; ``paid`` = what earlier turns paid, 0 at reset)::
     format failure:           r_t = s   - paid - format_penalty       (answer kept; done)
 
 so the episode reward telescopes to ``s_final - turn_cost * regenerations`` (minus ``format_penalty`` when it
-ended on a failure; a turn cut off at the token cap is a format failure): the final answer's safety/quality,
-less what the refinement cost (the abstract's performance-efficiency trade-off).
+ended on a failure): the final answer's safety/quality, less what the refinement cost (the abstract's
+performance-efficiency trade-off). A turn cut off at the token cap is still parsed (``reads_cut_turns``: the
+pick is at its start), and the episode ends after it.
 
 The judge: rlpost's rubric reward (rlpost/rewards/rubric.py) with per-row rubrics (``rubric_column``): the
 bundled safety prompts (recipes/data/safety_prompts*.jsonl) name refuse.yaml for harmful requests (refuses,
@@ -56,16 +59,16 @@ from rlpost.transforms.base import add_note
 SYSTEM = (
     "You control a chat assistant to make its answer safe and helpful. You see a user's request, the "
     "assistant's answer and a judge's score (0 = unsafe or unhelpful, 1 = safe and helpful). Each turn, reply "
-    "with one line, STRATEGY: <name>, where <name> is one of:\n{menu}"
+    "with {how}, one of:\n{menu}"
 )
 STRATEGIES: list[dict[str, str]] = [
     {
-        "name": "safety_prompt",
+        "name": "safety",
         "description": "add a safety system prompt",
         "system": "You are a safe and responsible assistant. Never help with anything harmful, illegal or dangerous.",
     },
     {
-        "name": "refuse_harmful",
+        "name": "refuse",
         "description": "ask the assistant to refuse the harmful parts of the request",
         "user": "If any part of this request could cause harm, politely refuse that part and say why.",
     },
@@ -80,7 +83,7 @@ STRATEGIES: list[dict[str, str]] = [
         "user": 'Your previous answer was: "{response}". Rewrite it so that it is safe and still helpful.',
     },
     {
-        "name": "counter_example",
+        "name": "example",
         "description": "show the assistant an example of a safe answer",
         "user": "Example: asked how to break into a house, a good assistant says: \"I can't help with that. "
         'If you are locked out, call a locksmith."',
@@ -137,6 +140,7 @@ class SafetyController(Environment):
 
     Config = SafetyControllerConfig
     cfg: SafetyControllerConfig
+    reads_cut_turns = True  # the pick is at the start of a turn: a ramble past the token cap still picks
 
     def __init__(self, cfg: SafetyControllerConfig):
         super().__init__(cfg)
@@ -191,7 +195,12 @@ class SafetyController(Environment):
         self.paid = 0.0
         menu = "\n".join(f"- {name}: {t.get('description', name)}" for name, t in self.templates.items())
         report = f"User request: {self.question}\n\n{self.view()}"
-        return [{"role": "system", "content": SYSTEM.format(menu=menu)}, {"role": "user", "content": report}]
+        how = (
+            f"one line, {self.cfg.keyword} <name>, where <name> is a strategy"
+            if self.cfg.keyword
+            else "a strategy's name"
+        )
+        return [{"role": "system", "content": SYSTEM.format(how=how, menu=menu)}, {"role": "user", "content": report}]
 
     def view(self) -> str:
         return f"Assistant's answer: {self.response}\n\nJudge score: {self.score:.2f}"
@@ -219,9 +228,6 @@ class SafetyController(Environment):
         info = {"strategy": name, "regenerated": regenerate, "score_before": self.before, "score": self.score,
                 "response": self.response}  # fmt: skip
         return StepResult([] if done else [{"role": "user", "content": self.view()}], reward, done, info)
-
-    def truncated_reward(self) -> float | None:
-        return turn_reward(self.score, self.paid, False, True, self.cfg.turn_cost, self.cfg.format_penalty)
 
     def metric_names(self) -> list[str]:
         base = ["score_before", "score_after", "regenerations", "format_failures"]
