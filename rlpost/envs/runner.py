@@ -259,10 +259,12 @@ def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:
 def episode_metrics(results: list[EpisodeResult], env: Environment | None = None) -> dict[str, float]:
     """Sums over the episodes (the trainer gathers them and divides by the episode count), with the
     environment's own metrics (``Environment.metric_names``) when ``env`` is given."""
-    own = {name: 0.0 for name in env.metric_names()} if env is not None else {}
-    for r in results if env is not None else []:
-        for name, value in env.episode_metrics(r.infos).items():
-            own[name] += value
+    own: dict[str, float] = {}
+    if env is not None:
+        own = {name: 0.0 for name in env.metric_names()}
+        for r in results:
+            for name, value in env.episode_metrics(r.infos).items():
+                own[name] += value
     return own | {
         "episodes": float(len(results)),
         "turns": float(sum(r.episode.turns for r in results)),
