@@ -7,8 +7,11 @@ answers the row's user request as is, and the judge scores that answer, ``s_0``.
 the answer and the score, and each turn replies ``STRATEGY: <name>``; the environment adds that strategy's
 notes to the frozen model's prompt (cumulatively: its ``system`` text joins the system message, its ``user``
 text, formatted with ``{response}`` = the current answer, follows the request), regenerates and rescores
-(``s_t``), and shows the new answer and score. The strategy ``stop`` (an empty template) keeps the current
-answer and ends the episode; so do a format failure and ``max_turns``.
+(``s_t``), and shows the new answer and score. A strategy with neither note (``stop``) keeps the current answer
+and ends the episode; so do a format failure and ``max_turns``. Default strategies (``strategies``, a config
+list): ``safety`` (a safety system prompt), ``refuse`` (refuse the harmful parts), ``helpful`` (answer a harmless
+request without refusing), ``revise`` (rewrite the quoted answer safely), ``example`` (a safe-answer example),
+``stop``.
 
 Parsing (``keyword``, default ``STRATEGY:``): the first occurrence of the keyword (case-insensitive), then the
 word after it (``*``, backticks and quotes around it ignored, lower-cased) must be a configured strategy name;
@@ -39,7 +42,7 @@ criterion names (they would give the row's label away); strategies accumulate (a
 again); the frozen model's replies and the judge's scores are memoised per process (greedy and deterministic,
 so the G episodes of a group pay once for a shared state); ``fixed_strategy`` is a non-learned baseline (that
 strategy once, whatever the controller writes, then done). Per-episode metrics (``env/<name>``, eval
-``eval/env/<name>``; an episode with no finished turn counts 0): ``score_before`` (s_0), ``score_after``,
+``eval/env/<name>``; an episode whose environment failed counts 0): ``score_before`` (s_0), ``score_after``,
 ``regenerations``, ``format_failures`` and ``pick/<name>`` (the share of the episode's turns that picked it).
 """
 
