@@ -319,6 +319,26 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
+            "safectrl",
+            "SafeCtrl-RL (seed 004 #6): a SmolLM2 controller picks prompt-adjustment strategies for a frozen SmolLM2, "
+            "SmolLM2 rubric judge, bundled safety prompts; vs the fixed safety system prompt (no controller)",
+            ["recipe=safectrl", f"train.steps={steps}", f"train.save_steps={steps}"],
+            # the fixed strategy ignores the policy's text, so training cannot change it: one step gives its eval
+            ["recipe=safectrl", "data.env.fixed_strategy=safety", "train.steps=1", "train.save_steps=1"],
+            [
+                "rlpost/reward",
+                "env/format_failures",
+                "env/score_before",
+                "env/score_after",
+                "env/regenerations",
+                "env/pick/safety",
+                "env/pick/stop",
+            ],
+            eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
+                       "eval/env/format_failures"],  # fmt: skip
+            baseline_label="always safety",
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

@@ -37,6 +37,7 @@ import rlpost.envs.frozen_worker  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
 import rlpost.envs.none  # noqa: F401
 import rlpost.envs.python  # noqa: F401
+import rlpost.envs.safety_controller  # noqa: F401
 import rlpost.envs.search  # noqa: F401
 import rlpost.envs.simulated_user  # noqa: F401
 

@@ -74,6 +74,9 @@ class Environment(Component):
     # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
     # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
     verifiable: ClassVar[bool] = False
+    # a turn cut off at the generation cap still goes to step (its start is what counts, e.g. a controller's pick),
+    # and the episode ends after it; otherwise step never sees it and truncated_reward applies
+    reads_cut_turns: ClassVar[bool] = False
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         """The episode's first messages for data row ``row`` (its ``prompt`` column and the rest)."""
@@ -142,6 +145,14 @@ class Environment(Component):
             f"token budget; a step past {cfg.step_timeout_s:g} s or an exception fails the episode "
             f"(reward.on_failure={on_failure})",
         ]
+
+    def metric_names(self) -> list[str]:
+        """The environment's own per-episode metrics, logged as ``env/<name>`` (the same names on every process)."""
+        return []
+
+    def episode_metrics(self, infos: list[dict[str, Any]]) -> dict[str, float]:
+        """One episode's values of ``metric_names`` from its steps' infos (a missing name counts 0)."""
+        return {}
 
     def tools(self) -> list[dict[str, Any]]:
         """JSON schemas of the tools the chat template renders into the prompt (``tools=``); none by default."""

@@ -9,7 +9,8 @@ template tokens (``ChatRenderer.observation_ids``). Nothing here knows about the
 
 How an episode ends (``EpisodeResult.ended``):
 - ``done``: the environment said so; ``max_turns``: that many assistant turns were taken;
-- ``truncated``: a turn hit the generation cap (or the token budget) without its end-of-turn token;
+- ``truncated``: a turn hit the generation cap (or the token budget) without its end-of-turn token (an
+  environment with ``reads_cut_turns`` still gets that turn's ``step``, then the episode ends);
 - ``max_total_tokens``: the next observation (plus one token to answer it) does not fit the budget;
 - ``error`` / ``timeout``: ``reset`` or ``step`` raised, or ran past ``step_timeout_s``.
 
@@ -191,7 +192,8 @@ def run_episodes(
             episode.add_policy_turn(ids)
             text = renderer.decode(ids)
             result.messages.append({"role": "assistant", "content": text})
-            if not ids or ids[-1] not in stop_ids:
+            cut_off = not ids or ids[-1] not in stop_ids
+            if cut_off and not envs[i].reads_cut_turns:
                 result.ended = "truncated"
                 cut = envs[i].truncated_reward()
                 if cut is not None:  # an environment that charges for a cut-off turn (formula)
@@ -210,6 +212,9 @@ def run_episodes(
             result.infos.append(dict(step.info))
             result.tool_calls += int(step.info.get("tool_calls", 0))
             result.tool_errors += int(step.info.get("tool_errors", 0))
+            if cut_off:  # an environment that reads a cut-off turn (its start) still ends the episode there
+                result.ended = "truncated"
+                continue
             if step.done:
                 result.ended = "done"
                 continue
@@ -251,9 +256,16 @@ def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:
     }
 
 
-def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
-    """Sums over the episodes (the trainer gathers them and divides by the episode count)."""
-    return {
+def episode_metrics(results: list[EpisodeResult], env: Environment | None = None) -> dict[str, float]:
+    """Sums over the episodes (the trainer gathers them and divides by the episode count), with the
+    environment's own metrics (``Environment.metric_names``) when ``env`` is given."""
+    own: dict[str, float] = {}
+    if env is not None:
+        own = {name: 0.0 for name in env.metric_names()}
+        for r in results:
+            for name, value in env.episode_metrics(r.infos).items():
+                own[name] += value
+    return own | {
         "episodes": float(len(results)),
         "turns": float(sum(r.episode.turns for r in results)),
         "tool_calls": float(sum(r.tool_calls for r in results)),
