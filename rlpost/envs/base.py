@@ -67,6 +67,8 @@ class Environment(Component):
         step_timeout_s: Annotated[float, Range(gt=0)] = 10.0  # one env.step (a tool call, a user reply)
 
     runs_code: bool = False
+    # numeric keys of an episode's last step info, logged per episode as env/<key> and eval/env/<key>
+    METRICS: ClassVar[tuple[str, ...]] = ()
     # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
     # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
     verifiable: ClassVar[bool] = False

@@ -251,8 +251,10 @@ def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:
     }
 
 
-def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
-    """Sums over the episodes (the trainer gathers them and divides by the episode count)."""
+def episode_metrics(results: list[EpisodeResult], extra: tuple[str, ...] = ()) -> dict[str, float]:
+    """Sums over the episodes (the trainer gathers them and divides by the episode count); ``extra``: the
+    environment's ``METRICS``, read from each episode's last step info (0 where absent)."""
+    last = [r.infos[-1] if r.infos else {} for r in results]
     return {
         "episodes": float(len(results)),
         "turns": float(sum(r.episode.turns for r in results)),
@@ -261,6 +263,7 @@ def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
         "timeouts": float(sum(r.timeouts for r in results)),
         "failures": float(sum(r.error is not None for r in results)),
         "trained_tokens": float(sum(r.episode.trained_tokens for r in results)),
+        **{key: float(sum(float(info.get(key, 0.0)) for info in last)) for key in extra},
     }
 
 

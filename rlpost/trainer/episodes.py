@@ -68,7 +68,7 @@ class EpisodeRollouts:
 
         stop_ids = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
         results = run_episodes(self.env, rows, seeds, renderer, generate, stop_ids)
-        self._log(trainer, results, "train" if training else "eval")
+        self._log(trainer, results, "train" if training else "eval", self.env.METRICS)
         kept = [r.logprobs for r in results]  # the generator's sampling log-probs (vLLM), else None
         logprobs = None
         if all(lp is not None for lp in kept):
@@ -83,12 +83,12 @@ class EpisodeRollouts:
         }
 
     @staticmethod
-    def _log(trainer: Any, results: list, mode: str) -> None:
-        """``env/<name>`` per step: the mean per episode over every process's episodes."""
-        sums = episode_metrics(results)
+    def _log(trainer: Any, results: list, mode: str, extra: tuple[str, ...] = ()) -> None:
+        """``env/<name>`` per step: the mean per episode over every process's episodes (``extra``: the env's METRICS)."""
+        sums, names = episode_metrics(results, extra), (*LOGGED_METRICS, *extra)
         device = trainer.accelerator.device
-        totals = trainer.accelerator.gather(torch.tensor([[sums["episodes"], *(sums[k] for k in LOGGED_METRICS)]],
+        totals = trainer.accelerator.gather(torch.tensor([[sums["episodes"], *(sums[k] for k in names)]],
                                                          device=device)).sum(0)  # fmt: skip
         episodes = max(totals[0].item(), 1.0)
-        for name, value in zip(LOGGED_METRICS, totals[1:].tolist()):
+        for name, value in zip(names, totals[1:].tolist()):
             trainer._metrics[mode][f"env/{name}"].append(value / episodes)
