@@ -319,6 +319,15 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
+            "skiller",
+            "SKILLER (seed 000 #2): skill documents for a frozen SmolLM2 executor, trained on its success; before -> "
+            "after vs the no-skill executor on the same held-out tasks",
+            ["recipe=skiller", f"train.steps={steps}", f"train.save_steps={steps}"],
+            None,  # the baselines are in the run: the untrained policy's documents (before) and no document
+            ["reward", "env/executor_success", "env/no_skill_success", "env/skill_gain", "env/doc_chars", "step_time"],
+            eval_keys=["eval/reward", "eval/env/no_skill_success", "eval/env/skill_gain", "eval/env/doc_chars"],
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

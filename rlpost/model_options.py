@@ -77,7 +77,9 @@ def generate_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], m
     return tokenizer.decode(out[0, ids["input_ids"].size(1) :], skip_special_tokens=True)
 
 
-def generate_replies(model: Any, tokenizer: Any, conversations: list[list[dict[str, str]]], max_new_tokens: int) -> list[str]:
+def generate_replies(
+    model: Any, tokenizer: Any, conversations: list[list[dict[str, str]]], max_new_tokens: int
+) -> list[str]:
     """Greedy chat replies of a frozen model to several conversations [N] in one left-padded batch -> [N] texts."""
     import torch
 

@@ -49,13 +49,17 @@ def _three(ops: tuple[str, str], lo: tuple[int, int, int], hi: tuple[int, int, i
 # name -> (the description the policy reads, a task drawer)
 FAMILIES: dict[str, tuple[str, Callable[[random.Random], Task]]] = {
     "add_2digit": ("adding two 2-digit numbers", _pair(10, 99, 10, 99, "+")),
-    "subtract_2digit": ("subtracting a 2-digit number from another (the result may be negative)",
-                        _pair(10, 99, 10, 99, "-")),  # fmt: skip
+    "subtract_2digit": (
+        "subtracting a 2-digit number from another (the result may be negative)",
+        _pair(10, 99, 10, 99, "-"),
+    ),
     "multiply_1x2": ("multiplying a 2-digit number by a 1-digit number", _pair(10, 99, 2, 9, "*")),
     "sum_3terms": ("adding three numbers of one or two digits", _three(("+", "+"), (1, 1, 1), (99, 99, 99))),
     "add_then_subtract": ("a + b - c with numbers of one or two digits", _three(("+", "-"), (1, 1, 1), (99, 99, 99))),
-    "multiply_then_add": ("a * b + c with one-digit a and b and a two-digit c",
-                          _three(("*", "+"), (2, 2, 10), (9, 9, 99))),  # fmt: skip
+    "multiply_then_add": (
+        "a * b + c with one-digit a and b and a two-digit c",
+        _three(("*", "+"), (2, 2, 10), (9, 9, 99)),
+    ),
 }
 
 
@@ -82,8 +86,10 @@ def skill_family_rows(
             drawn.setdefault(question, value)
         items = list(drawn.items())
         shown = "\n".join(f"- {q} -> {a}" for q, a in items[:examples])
-        question = f"Task family: {description}.\nExample tasks and answers:\n{shown}" if examples else (
-            f"Task family: {description}."
+        question = (
+            f"Task family: {description}.\nExample tasks and answers:\n{shown}"
+            if examples
+            else (f"Task family: {description}.")
         )
         tasks = [[q, str(a)] for q, a in items[examples:]]
         rows.append({"question": question, "answer": name, "family": name, "tasks": json.dumps(tasks)})

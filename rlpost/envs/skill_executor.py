@@ -125,10 +125,14 @@ class SkillExecutor(Environment):
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         if "tasks" not in row:
-            raise ValueError("a skill_executor row needs a tasks column (JSON [[question, answer], ...]): data=skill_families")
+            raise ValueError(
+                "a skill_executor row needs a tasks column (JSON [[question, answer], ...]): data=skill_families"
+            )
         pool = [(str(q), str(a)) for q, a in json.loads(row["tasks"])]
         if len(pool) < self.cfg.tasks_per_doc:
-            raise ValueError(f"the row has {len(pool)} tasks, fewer than data.env.tasks_per_doc={self.cfg.tasks_per_doc}")
+            raise ValueError(
+                f"the row has {len(pool)} tasks, fewer than data.env.tasks_per_doc={self.cfg.tasks_per_doc}"
+            )
         self.tasks = random.Random(seed).sample(pool, self.cfg.tasks_per_doc)
         self.score, self.first, self.turn = 0.0, None, 0
         return add_note(row_messages(row), SYSTEM, "system")
@@ -142,7 +146,10 @@ class SkillExecutor(Environment):
 
     def no_skill(self) -> float:
         """The executor's success on these tasks with no document (greedy: cached per task set)."""
-        key = (f"{self.cfg.executor_model}:{sorted(self.cfg.executor_overrides.items())}", tuple(q for q, _ in self.tasks))
+        key = (
+            f"{self.cfg.executor_model}:{sorted(self.cfg.executor_overrides.items())}",
+            tuple(q for q, _ in self.tasks),
+        )
         if key not in _NO_SKILL:
             solved = success(self.solve(None), [a for _, a in self.tasks], "", False)
             _NO_SKILL[key] = sum(solved) / len(solved)

@@ -15,7 +15,12 @@ from rlpost.envs.skill_executor import SkillExecutor, executor, success
 from rlpost.models import ModelConfig, load_tokenizer
 from rlpost.skill_families import FAMILIES, skill_family_rows
 
-TASKS = [["Calculate 12 + 30.", "42"], ["Calculate 50 + 25.", "75"], ["Calculate 11 + 11.", "22"], ["Calculate 9 + 1.", "10"]]
+TASKS = [
+    ["Calculate 12 + 30.", "42"],
+    ["Calculate 50 + 25.", "75"],
+    ["Calculate 11 + 11.", "22"],
+    ["Calculate 9 + 1.", "10"],
+]
 ROW = {"prompt": [{"role": "user", "content": "Task family: adding two 2-digit numbers."}], "tasks": json.dumps(TASKS)}
 TINY = {"name": "skill_executor", "executor_model": "tiny-random", "executor_max_new_tokens": 4, "tasks_per_doc": 4}
 
