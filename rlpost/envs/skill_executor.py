@@ -121,7 +121,8 @@ class SkillExecutor(Environment):
     def __init__(self, cfg: SkillExecutorConfig):
         super().__init__(cfg)
         self.tasks: list[tuple[str, str]] = []
-        self.score, self.first, self.turn = 0.0, None, 0
+        self.first: float | None = None  # the first document's score
+        self.score, self.turn = 0.0, 0
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         if "tasks" not in row:
