@@ -337,6 +337,13 @@ def pairs(steps: int) -> list[Pair]:
             eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
                        "eval/env/format_failures"],  # fmt: skip
             baseline_label="always safety",
+            "skiller",
+            "SKILLER (seed 000 #2): skill documents for a frozen SmolLM2 executor, trained on its success; before -> "
+            "after vs the no-skill executor on the same held-out tasks",
+            ["recipe=skiller", f"train.steps={steps}", f"train.save_steps={steps}"],
+            None,  # the baselines are in the run: the untrained policy's documents (before) and no document
+            ["reward", "env/executor_success", "env/no_skill_success", "env/skill_gain", "env/doc_chars", "step_time"],
+            eval_keys=["eval/reward", "eval/env/no_skill_success", "eval/env/skill_gain", "eval/env/doc_chars"],
         ),
         Pair(
             "frost",

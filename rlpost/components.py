@@ -40,6 +40,7 @@ import rlpost.envs.python  # noqa: F401
 import rlpost.envs.safety_controller  # noqa: F401
 import rlpost.envs.search  # noqa: F401
 import rlpost.envs.simulated_user  # noqa: F401
+import rlpost.envs.skill_executor  # noqa: F401
 
 # gradient transforms
 import rlpost.grad.direction_monitor  # noqa: F401

@@ -39,6 +39,7 @@ NEEDS: dict[tuple[str, str], list[str]] = {
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],
     ("data/env", "code_repair"): ["data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["data=booking"],
+    ("data/env", "skill_executor"): ["data=skill_families"],
     ("data/env", "python"): ["data.env.allow_unjailed_code=true"],
     # OPD's default teacher, Qwen2.5-Coder-0.5B, needs `make qwen`; the matrix must build without it
     ("algorithm", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],

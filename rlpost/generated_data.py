@@ -24,9 +24,16 @@ def _infill(seed: int, size: int, **params) -> list[dict]:
     return infill_rows(seed, size, **params)
 
 
+def _skill_families(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.skill_families import skill_family_rows
+
+    return skill_family_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
     "formula_tasks": (_formula_tasks, None),
     "infill": (_infill, None),
+    "skill_families": (_skill_families, None),
 }

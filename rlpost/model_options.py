@@ -75,3 +75,20 @@ def generate_reply(model: Any, tokenizer: Any, messages: list[dict[str, str]], m
     with torch.no_grad():
         out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
     return tokenizer.decode(out[0, ids["input_ids"].size(1) :], skip_special_tokens=True)
+
+
+def generate_replies(
+    model: Any, tokenizer: Any, conversations: list[list[dict[str, str]]], max_new_tokens: int
+) -> list[str]:
+    """Greedy chat replies of a frozen model to several conversations [N] in one left-padded batch -> [N] texts."""
+    import torch
+
+    texts = [tokenizer.apply_chat_template(c, add_generation_prompt=True, tokenize=False) for c in conversations]
+    side, tokenizer.padding_side = tokenizer.padding_side, "left"  # new tokens follow every prompt directly
+    try:
+        ids = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
+    finally:
+        tokenizer.padding_side = side
+    with torch.no_grad():
+        out = model.generate(**ids, max_new_tokens=max_new_tokens, do_sample=False, pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.batch_decode(out[:, ids["input_ids"].size(1) :], skip_special_tokens=True)

@@ -71,6 +71,9 @@ class Environment(Component):
     # True while held-out episodes run (``held_out_episodes``): an environment may play them differently (the
     # simulated user: the scripted traveller that stands in for real users); fresh() copies it
     evaluating: bool = False
+    # numeric keys of an episode's last step info, logged per episode as env/<key> and eval/env/<key> (the default
+    # metric_names / episode_metrics; an environment may override those instead)
+    METRICS: ClassVar[tuple[str, ...]] = ()
     # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
     # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
     verifiable: ClassVar[bool] = False
@@ -147,12 +150,15 @@ class Environment(Component):
         ]
 
     def metric_names(self) -> list[str]:
-        """The environment's own per-episode metrics, logged as ``env/<name>`` (the same names on every process)."""
-        return []
+        """The environment's own per-episode metrics, logged as ``env/<name>`` (the same names on every process);
+        default: ``METRICS``."""
+        return list(self.METRICS)
 
     def episode_metrics(self, infos: list[dict[str, Any]]) -> dict[str, float]:
-        """One episode's values of ``metric_names`` from its steps' infos (a missing name counts 0)."""
-        return {}
+        """One episode's values of ``metric_names`` from its steps' infos (a missing name counts 0); default: the
+        ``METRICS`` keys of the last step's info."""
+        last = infos[-1] if infos else {}
+        return {name: float(last.get(name, 0.0)) for name in self.METRICS}
 
     def tools(self) -> list[dict[str, Any]]:
         """JSON schemas of the tools the chat template renders into the prompt (``tools=``); none by default."""

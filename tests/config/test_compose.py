@@ -46,6 +46,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/select", "sdga_auto"): ["data/env=search", "reward=env"],  # depth = an episode's tool calls
     ("algorithm/select", "sdga_phase"): ["data/env=search", "reward=env"],
     ("data/env", "frozen_worker"): ["reward=env"],
+    ("data/env", "skill_executor"): ["reward=env", "data=skill_families"],  # SKILLER: rows hold a family's tasks
     ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["reward=env", "data=booking"],
     ("data/env", "safety_controller"): ["reward=env", "data=jsonl", "data.path=recipes/data/safety_prompts.jsonl"],  # rows naming their rubric

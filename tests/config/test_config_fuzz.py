@@ -73,6 +73,7 @@ CONTEXT: dict[str, list[str]] = {
     "algorithm/rollout=frost": ["reward=infill_likelihood", "data=infill"],
     "data/env=search": ["reward=env"],
     "data/env=frozen_worker": ["reward=env"],
+    "data/env=skill_executor": ["reward=env", "data=skill_families"],
     "data/env=code_repair": ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     "data/env=simulated_user": ["reward=env", "data=booking"],
     "data/env=safety_controller": ["reward=env", "data=jsonl", "data.path=recipes/data/safety_prompts.jsonl"],  # rows naming their rubric

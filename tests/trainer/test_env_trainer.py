@@ -209,3 +209,35 @@ def test_interactive_rl_against_an_aligned_simulator_judged_by_scripted_users(tm
     metrics = evaluate_run(trainer.run, trainer.model, trainer.processing_class, eval_set, [])
     assert math.isfinite(metrics["eval/reward"]) and len(calls) == trained_turns  # held out: the script answered
     assert not trainer.run.env.evaluating
+
+
+def test_skiller_skill_documents_train_against_a_frozen_executor_and_a_critic(tmp_path, server):
+    # SKILLER (seed 000 #2): the tiny policy writes two skill documents per episode, a tiny-random executor solves
+    # 2 held-in tasks with each, the critic (the fake endpoint) writes feedback between them; a random executor
+    # never solves a task, so a hash term beside env gives the group the reward differences the update needs
+    from support_judges import requests_for
+
+    hashed = "{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}"
+    skiller = [
+        "data/env=skill_executor",
+        "data=skill_families",
+        f"reward.terms=[{{name: env, weight: 1.0, params: {{}}}}, {hashed}]",
+        "data.env.executor_model=tiny-random",
+        "data.env.executor_max_new_tokens=4",
+        "data.env.tasks_per_doc=2",
+        "data.env.max_turns=2",
+        f"+data.env.critic={{backend: openai, base_url: '{server}/revise/v1'}}",
+    ]
+    trainer, _ = env_trainer([*skiller, "train.steps=2", "train.save_steps=2"], tmp_path)
+    before = {n: p.detach().clone() for n, p in trainer.model.named_parameters()}
+    trainer.train()
+    logs = step_logs(trainer)
+    assert all(math.isfinite(log["loss"]) and log["env/failures"] == 0 for log in logs)
+    for log in logs:  # the executor's success on every document, its no-skill baseline, the documents' length
+        assert log["env/executor_success"] == 0.0 and log["env/no_skill_success"] == 0.0
+        assert log["env/doc_chars"] > 0 and log["rewards/env/mean"] == 0.0
+    assert max(log["env/turns"] for log in logs) > 1.0, "no episode reached the revision turn"
+    critiques = requests_for("revise")  # one per episode that failed its first document and went on
+    assert critiques and all("Skill document:" in r["prompt"] and "Correct answer:" in r["prompt"] for r in critiques)
+    assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
+    assert (tmp_path / "checkpoint-2").is_dir()  # no environment state to save: the executor is frozen
