@@ -401,4 +401,20 @@ def pairs(steps: int) -> list[Pair]:
             ],
             eval_keys=["eval/math_answer", "eval/reward"],
         ),
+            "rail",
+            "RAIL (seed 000 #8): a LinUCB bandit picks none / hint / critique / draft / extra samples per group after a "
+            "2-rollout probe (4 shadow steps, then live) vs GRPO, basic_arithmetic",
+            ["recipe=rail", *batch],
+            ["recipe=default", *batch],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/intervention_bandit/probe_reward",
+                *[
+                    f"rlpost/rollout/intervention_bandit/pick/{a}"
+                    for a in ("none", "hint", "critique", "draft", "extra")
+                ],
+                *[f"rlpost/intervention_bandit/gain_avg/{a}" for a in ("none", "hint", "critique", "draft", "extra")],
+                "step_time",
+            ],
+        ),
     ]

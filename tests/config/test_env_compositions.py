@@ -28,6 +28,7 @@ REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpos
             "forced_refusal",
             "generic_negative",
             "hindsight_critique",
+            "intervention_bandit",
             "reflect_revise",
             "rubric_guidance",
             "struct_refine",

@@ -111,6 +111,8 @@ HELPERS: dict[str, str] = {
     "combine/grouped.py": "group-centred advantages and term lookup shared by combiners, advantages and AIR",
     "rollouts/conditioned.py": "ConditionedRollout, the base of the conditioned-rollout strategies",
     "rollouts/side_model.py": "the frozen draft model draft_injection generates with",
+    "rollouts/linucb.py": "the LinUCB bandit and context features of intervention_bandit",
+    "rollouts/interventions.py": "the hint, critique and draft prompts of intervention_bandit",
     "envs/tags.py": "the tag tool-call protocol (<calc>...</calc>) shared by the environments",
     "envs/episode.py": "the token view of one episode: ids and the trained-token mask",
     "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
