@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import math
 
+import pytest
 import torch
 from support_rollouts import data_files, logged, original_prompt_ids, train, unpadded
 
@@ -36,7 +37,7 @@ def test_self_critique_trains_solver_and_critic_roles(tmp_path, generate_calls):
             assert ids == original_prompt_ids(trainer, x)  # natural and refined rows: under x
         if kind == REFINED:  # sampled under (x, attempt, critique j)
             critique = b["texts"][i - K].strip()[:400] or "(none)"
-            asked = [x, {"role": "assistant", "content": attempt}]
+            asked = [*x, {"role": "assistant", "content": attempt}]  # x, the attempt, then the critique turn
             assert any(p.startswith(json.dumps(asked)[:-1]) and json.dumps(critique)[1:-1] in p for p in prompts)
     # the rewards: critic rows left the solver group (NaN), the solvers' rewards are the hash reward of their text
     rewards = b["rewards"]
@@ -67,4 +68,4 @@ def test_self_critique_trains_solver_and_critic_roles(tmp_path, generate_calls):
     ratio = logged(trainer, "rlpost/rollout/self_critique/ratio_mean")
     assert all(0.5 <= v <= 1.0 for v in ratio)
     assert all(0 <= v <= 1 for v in logged(trainer, "rlpost/rollout/self_critique/ratio_clip_frac"))
-    assert logged(trainer, "rlpost/rollout/critic_frac") == [K / G, K / G]
+    assert logged(trainer, "rlpost/rollout/critic_frac") == pytest.approx([K / G, K / G])
