@@ -145,6 +145,22 @@ def pairs(steps: int) -> list[Pair]:
             baseline_label="opd, SmolLM2 teacher",
         ),
         Pair(
+            "icrl",
+            "ICRL (seed 004 #23): the policy critiques its own attempt and refines it (2 critiques + 2 refinements per "
+            "group of 6) vs GRPO (4 per group), the same 2 prompts per step; held-out accuracy without critique",
+            ["recipe=icrl", "eval.size=50", f"train.steps={steps}"],
+            ["recipe=default", "eval.size=50", f"train.steps={steps}"],
+            [
+                "reward",
+                "rlpost/self_critique/attempt_reward_mean",
+                "rlpost/self_critique/refined_reward_mean",
+                "rlpost/self_critique/critic_reward_mean",
+                "rlpost/self_critique/improvement_rate",
+                "rlpost/rollout/self_critique/ratio_mean",
+                "rlpost/rollout/self_critique/ratio_clip_frac",
+            ],
+        ),
+        Pair(
             "structpo",
             "StructPO (seed 000 #10): struct-aware credit with refinement-guided rollouts vs struct-aware credit alone",
             ["recipe=structpo", *batch],

@@ -103,6 +103,7 @@ import rlpost.rollouts.intervention_bandit  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
 import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
+import rlpost.rollouts.self_critique  # noqa: F401
 import rlpost.rollouts.struct_refine  # noqa: F401
 
 # selectors (the update budget)

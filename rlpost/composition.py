@@ -37,6 +37,8 @@ NEEDS: dict[tuple[str, str], list[str]] = {
     ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
     ("algorithm/advantage", "dpo"): ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],
+    # ICRL: n >= 1 natural, k = 2 critic and k refined rows per group
+    ("algorithm/rollout", "self_critique"): ["train.num_generations=6", "train.completions_per_step=12"],
     ("data/env", "code_repair"): ["data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["data=booking"],
     ("data/env", "skill_executor"): ["data=skill_families"],

@@ -24,8 +24,9 @@ prompt is multi-turn (x, the attempt as an assistant turn, the feedback as a use
 prompt the same texts concatenated; attempts are cut to ``max_attempt_chars``; the tokens of z were
 sampled under c, so their old log-probs (computed by TRL under x) make the update an off-policy
 one, as in the seeds, with no extra correction. RISE-RL's z leave the GRPO group for its separate
-auxiliary objective (rubric_guidance.py: ``adjust_rewards`` and ``loss_term``); a trained critic (ICRL)
-and HindSearch's distillation loss are not implemented: there z joins the GRPO group.
+auxiliary objective (rubric_guidance.py: ``adjust_rewards`` and ``loss_term``); ICRL's trained critic is
+self_critique.py (its own layout of critic and refined rows); HindSearch's distillation loss is not
+implemented: there z joins the GRPO group.
 """
 
 from __future__ import annotations

@@ -6,7 +6,8 @@
   (rlpost/trainer/rollout_engine.py) when the correction asks for them; otherwise TRL's generation, with
   each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py) and
   oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/onednn.py).
-- ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read.
+- ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read;
+  ``_rollout_token_logprobs``: per-token log-probs under any prompts (ICRL's calibration ratio).
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
 """
@@ -31,6 +32,13 @@ class RolloutSeams(SeamBase):
         """Mean token log-prob of each local completion ``[B]``: vLLM's sampling log-probs, else a forward pass."""
         if sampled is not None:
             return [sum(lp) / max(1, len(lp)) for lp in ([x for x in row if x is not None] for row in sampled)]
+        logps, completion_mask = self._rollout_token_logprobs(prompt_ids, completion_ids)
+        return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
+
+    @torch.no_grad()
+    def _rollout_token_logprobs(self, prompt_ids: list, completion_ids: list) -> tuple[torch.Tensor, torch.Tensor]:
+        """Per-token log-probs of completions [M] under the given prompts [M] (token-id lists), one no-grad
+        forward of the policy: ``(logps [M, T], mask [M, T])``, completions left-aligned, T the longest."""
         pad, device = self._tokenizer.pad_token_id, self.accelerator.device
         width_p, width_c = max(map(len, prompt_ids)), max(1, max(map(len, completion_ids)))
         ids = torch.full((len(prompt_ids), width_p + width_c), pad, dtype=torch.long, device=device)
@@ -41,8 +49,7 @@ class RolloutSeams(SeamBase):
         logps, _, _ = self._get_per_token_logps_and_entropies(
             self.model, ids, mask, width_c, batch_size=self.args.per_device_train_batch_size
         )
-        completion_mask = mask[:, width_p:].float()
-        return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
+        return logps, mask[:, width_p:].float()
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
         # ---- corrections: sample with the rollout copy / peer model (rlpost/trainer/rollout_engine.py) ----

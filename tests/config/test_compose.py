@@ -33,6 +33,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("algorithm/advantage", "routed"): ["reward=math_answer_format"],
     ("algorithm/advantage", "segments"): ["reward=math_answer_format"],
     ("reward/combine", "decoupled"): ["reward=math_answer_format"],
+    ("algorithm/rollout", "self_critique"): ["train.num_generations=6", "train.completions_per_step=12"],  # 2k + 1 rows
     ("algorithm/advantage", "gae"): ["algorithm=ppo"],  # GAE reads the values of PPO's critic
     ("algorithm/advantage", "dpo"): ["algorithm=ed_idpo"],  # DPO's weights need its loss and aggregation
     ("algorithm/advantage", "turn_grpo"): ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes

@@ -71,6 +71,7 @@ CONTEXT: dict[str, list[str]] = {
     "data/env=calculator": ["reward=env"],
     "data/env=formula": ["reward=env", "data=formula_tasks"],
     "algorithm/rollout=frost": ["reward=infill_likelihood", "data=infill"],
+    "algorithm/rollout=self_critique": ["train.num_generations=6", "train.completions_per_step=12"],  # 2k + 1 rows
     "data/env=search": ["reward=env"],
     "data/env=frozen_worker": ["reward=env"],
     "data/env=skill_executor": ["reward=env", "data=skill_families"],

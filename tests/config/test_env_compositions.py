@@ -31,6 +31,7 @@ REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpos
             "intervention_bandit",
             "reflect_revise",
             "rubric_guidance",
+            "self_critique",
             "struct_refine",
         )
     },  # fmt: skip
@@ -47,6 +48,7 @@ NEEDS_OTHER_TERMS = {  # options that read reward terms by name: refused naming 
     "algorithm/advantage=gae": "needs a critic",
     "algorithm/advantage=dpo": "gives DPO's gradient only through algorithm/loss=clip",  # without algorithm=ed_idpo
 }
+GROUP_SIZE = {"algorithm/rollout=self_critique": ["train.num_generations=6", "train.completions_per_step=12"]}  # 2k + 1
 SKIPPED = {"algorithm=regen": "needs replay folders: test_regen_with_episodes_is_refused"}
 # OPD's default teacher (Qwen2.5-Coder-0.5B) needs `make qwen`, which a fresh CI machine lacks
 OFFLINE_TEACHER = {
@@ -68,7 +70,7 @@ def choices() -> list[str]:
 @pytest.mark.parametrize("choice", choices())
 def test_every_option_with_episodes_builds_or_is_refused_with_the_reason(choice):
     key = choice.replace("[", "").replace("]", "")
-    cfg = compose([*EPISODES, choice, *OFFLINE_TEACHER.get(key, [])])
+    cfg = compose([*EPISODES, choice, *OFFLINE_TEACHER.get(key, []), *GROUP_SIZE.get(key, [])])
     if key in REFUSED_BY_EPISODES:
         with pytest.raises(
             ConfigError, match=re.escape(f"data/env=calculator cannot be combined with {REFUSED_BY_EPISODES[key]}:")
