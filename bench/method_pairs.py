@@ -327,4 +327,21 @@ def pairs(steps: int) -> list[Pair]:
             ["rlpost/reward", "rlpost/rollout/frost/gain", "rlpost/rollout/frost/improved_frac", "step_time"],
             eval_keys=["eval/reward", "eval/sampled/reward_best@1", "eval/sampled/reward_best@4"],
         ),
+        Pair(
+            "lrpo",
+            "LRPO (seed 004 #9): each group split between 2 of 5 response languages picked by an EXP3 router, "
+            "best-vs-worst language preference term vs GRPO, basic_arithmetic",
+            ["recipe=lrpo", *batch],
+            ["recipe=default", *batch],
+            [
+                "reward",
+                *(
+                    f"rlpost/rollout/language_routed/p/{n}"
+                    for n in ("English", "French", "Spanish", "German", "Chinese")
+                ),
+                "rlpost/rollout/language_routed/pref_frac",
+                "rlpost/rollout/language_routed/pref_loss",
+                "step_time",
+            ],
+        ),
     ]
