@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 
+import pytest
 import torch
 from support_rollouts import data_files, logged, train, unpadded
 from transformers import TrainerCallback
@@ -30,8 +31,9 @@ def test_groups_are_split_between_two_languages_trained_under_their_instruction(
                 assert f"Answer in {language}." in prompt and b["rows"][i]["question"] in prompt
     probs = [[log[f"rlpost/rollout/language_routed/p/{n}"] for n in ("English", "French", "German")]
              for log in trainer.state.log_history if "rlpost/rollout/language_routed/p/English" in log]  # fmt: skip
-    assert len(probs) == 2 and all(sum(p) == __import__("pytest").approx(1.0) for p in probs)
-    assert probs[0] == [1 / 3] * 3 and probs[1] != probs[0]  # uniform at step 1, moved by step 1's update
+    assert len(probs) == 2 and all(sum(p) == pytest.approx(1.0) for p in probs)
+    uniform, moved = probs[0] == pytest.approx([1 / 3] * 3), probs[1] != pytest.approx(probs[0])
+    assert uniform and moved  # uniform at step 1, moved by step 1's update
     assert sum(strategy.picks) == 8 and strategy.log_w.abs().sum() > 0  # 2 steps x 2 groups x 2 languages
     pref = logged(trainer, "rlpost/rollout/language_routed/pref_loss")  # the cross-language term ran
     assert all(math.isfinite(v) and v > 0 for v in pref)

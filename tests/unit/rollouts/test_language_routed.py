@@ -165,3 +165,73 @@ def test_state_round_trip_is_keyed_by_language_name():
 def test_config_refuses_bad_values(params, message):
     with pytest.raises(ValueError, match=message):
         LanguageRouted.Config(**params)
+
+
+class FakeContext:
+    """What generate() uses of RolloutContext: groups, rng, log and a generate that echoes its prompts."""
+
+    def __init__(self, g: int):
+        self.num_generations, self.rng, self.logged, self.asked = g, random.Random(1), {}, []
+
+    def groups(self, n):
+        return [range(s, s + self.num_generations) for s in range(0, n, self.num_generations)]
+
+    def log(self, name, value):
+        self.logged[name] = value
+
+    def generate(self, prompts, kind="natural"):
+        from rlpost.rollouts.base import Rollouts
+
+        self.asked = prompts
+        n = len(prompts)
+        return Rollouts([[1]] * n, [[2]] * n, None, ["7"] * n, None, {}, kinds=[kind] * n)
+
+
+def test_generate_asks_each_row_in_its_language_and_tags_it():
+    strategy, ctx = router(), FakeContext(g=5)
+    chat = [{"role": "system", "content": "Be brief."}, {"role": "user", "content": "What is 3 + 4?"}]
+    out = strategy.generate([chat] * 5 + ["What is 2 * 6?"] * 5, ctx)
+    assert ctx.logged == {f"language_routed/p/{n}": pytest.approx(1 / 3) for n in ("English", "French", "Chinese")}
+    for start, question in ((0, "What is 3 + 4?"), (5, "What is 2 * 6?")):
+        kinds = out.kinds[start : start + 5]
+        assert kinds[0] == kinds[1] == kinds[2] != kinds[3] == kinds[4]  # G = 5, m = 2: 3 + 2 rows
+        for i in range(start, start + 5):
+            language = out.kinds[i].removeprefix("lang_")
+            asked = ctx.asked[i] if start else ctx.asked[i][-1]["content"]
+            assert asked == f"{question}\n\nAnswer in {language}."
+    assert ctx.asked[0][0] == chat[0]  # the system message is kept
+
+
+def test_score_rollouts_routes_the_gathered_batch_and_the_loss_term_uses_its_signs():
+    from collections import defaultdict
+    from types import SimpleNamespace
+
+    from rlpost.rollouts.language_routed import PREF
+
+    rewards, lang = stats()
+    kinds = [["lang_English", "lang_French", "lang_Chinese"][a] for a in lang.tolist()]
+    trainer = SimpleNamespace(
+        model=SimpleNamespace(training=True),
+        batch=SimpleNamespace(kinds=kinds, result=SimpleNamespace(task_rewards=SimpleNamespace(values=rewards))),
+        accelerator=SimpleNamespace(num_processes=1),
+        num_generations=4,
+        _process_slice=lambda n: slice(0, n),
+        _metrics={"train": defaultdict(list)},
+    )
+    strategy = router()
+    out = strategy.score_rollouts(trainer, {"completion_ids": torch.zeros(8, 3, dtype=torch.long)})
+    assert out[PREF].tolist() == [1, 0, -1, -1, 1, 0, 0, -1]  # the signs worked out above
+    assert trainer._metrics["train"]["rlpost/rollout/language_routed/pref_frac"] == [pytest.approx(5 / 8)]
+    x = LossInputs(logps=torch.zeros(8, 3), old_logps=torch.zeros(8, 3), advantages=torch.zeros(8, 1),
+                   mask=torch.ones(8, 3), batch=out)  # fmt: skip
+    term, metrics = strategy.loss_term(x)  # at the rollout policy: pref_coef * ln 2 on the 5 rows with s != 0
+    assert term[:, 0].tolist() == pytest.approx([math.log(2.0) * abs(s) for s in out[PREF].tolist()])
+    assert metrics["language_routed/pref_loss"] == pytest.approx(math.log(2.0))
+    trainer.model.training = False  # evaluation: zeros, the router does not move
+    before = strategy.log_w.clone()
+    assert strategy.score_rollouts(trainer, {"completion_ids": torch.zeros(8, 3)})[PREF].abs().sum() == 0
+    assert torch.equal(strategy.log_w, before) and strategy.loss_term(
+        LossInputs(
+            torch.zeros(8, 3), torch.zeros(8, 3), torch.zeros(8, 1), torch.ones(8, 3), batch={PREF: torch.zeros(8)}
+        )
+    ) == (None, {})
