@@ -26,7 +26,7 @@ def test_groups_are_split_between_two_languages_trained_under_their_instruction(
             kinds = b["kinds"][start : start + 4]
             assert kinds[0] == kinds[1] != kinds[2] == kinds[3]  # m = 2 languages, 2 rows each
             for i in range(start, start + 4):
-                language = kinds[i].removeprefix("lang_")
+                language = b["kinds"][i].removeprefix("lang_")
                 prompt = tok.decode(unpadded(b["prompt_ids"][i], b["prompt_mask"][i]))
                 assert f"Answer in {language}." in prompt and b["rows"][i]["question"] in prompt
     probs = [[log[f"rlpost/rollout/language_routed/p/{n}"] for n in ("English", "French", "German")]
