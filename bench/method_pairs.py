@@ -430,6 +430,19 @@ def pairs(steps: int) -> list[Pair]:
                     for a in ("none", "hint", "critique", "draft", "extra")
                 ],
                 *[f"rlpost/intervention_bandit/gain_avg/{a}" for a in ("none", "hint", "critique", "draft", "extra")],
+            "lrpo",
+            "LRPO (seed 004 #9): each group split between 2 of 5 response languages picked by an EXP3 router, "
+            "best-vs-worst language preference term vs GRPO, basic_arithmetic",
+            ["recipe=lrpo", *batch],
+            ["recipe=default", *batch],
+            [
+                "reward",
+                *(
+                    f"rlpost/rollout/language_routed/p/{n}"
+                    for n in ("English", "French", "Spanish", "German", "Chinese")
+                ),
+                "rlpost/rollout/language_routed/pref_frac",
+                "rlpost/rollout/language_routed/pref_loss",
                 "step_time",
             ],
         ),

@@ -100,6 +100,7 @@ import rlpost.rollouts.frost  # noqa: F401
 import rlpost.rollouts.generic_negative  # noqa: F401
 import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.intervention_bandit  # noqa: F401
+import rlpost.rollouts.language_routed  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
 import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401

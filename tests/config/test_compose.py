@@ -350,3 +350,15 @@ def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, requ
             continue
         run = build_run(cfg)
         assert type(run.algorithm.rollout).registry_name == rollout
+
+
+@pytest.mark.parametrize(
+    "overrides",
+    [
+        ["algorithm.rollout.per_prompt=3", "algorithm.rollout.languages=[English, French]"],  # m > K
+        ["algorithm.rollout.per_prompt=3", "train.num_generations=2"],  # m > G: a picked language without a row
+    ],
+)
+def test_language_routed_refuses_more_languages_per_prompt_than_it_has_or_rows(overrides):
+    with pytest.raises(ConfigError, match="algorithm.rollout.per_prompt=3 must be at most"):
+        build_run(compose(["algorithm/rollout=language_routed", *overrides]))
