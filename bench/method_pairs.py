@@ -319,6 +319,23 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
+            "la_rl",
+            "LA-RL (seed 000 #19): predict -> diagnose (error labels) -> revise episodes, rewarded for the final answer, "
+            "the first pass and format, vs single-turn GRPO on the same prompts",
+            ["recipe=la_rl", *batch],
+            ["recipe=default", *batch],
+            [
+                "rlpost/reward",
+                "env/first_correct",
+                "env/final_correct",
+                "env/format_valid",
+                "env/diagnosis_valid",
+                "env/changed",
+                "step_time",
+            ],
+            eval_keys=["eval/accuracy", "eval/env/first_correct", "eval/env/format_valid", "eval/env/changed"],
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

@@ -32,6 +32,7 @@ import rlpost.corrections.tis  # noqa: F401
 import rlpost.envs.calculator  # noqa: F401
 import rlpost.envs.callable  # noqa: F401
 import rlpost.envs.code_repair  # noqa: F401
+import rlpost.envs.diagnose_revise  # noqa: F401
 import rlpost.envs.formula  # noqa: F401
 import rlpost.envs.frozen_worker  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
@@ -98,7 +99,6 @@ import rlpost.rollouts.frost  # noqa: F401
 import rlpost.rollouts.generic_negative  # noqa: F401
 import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
-import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
 import rlpost.rollouts.struct_refine  # noqa: F401
 

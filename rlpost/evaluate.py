@@ -27,7 +27,7 @@ from rich.progress import Progress
 
 from rlpost.correctness import Correctness
 from rlpost.envs.base import Environment
-from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, info_sums, run_episodes
 from rlpost.rewards.group import extract_answer
 
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
@@ -108,7 +108,7 @@ def evaluate(
         metric = f"{prefix}/accuracy" if correct is not None else f"{prefix}/reward"
         result.update(_mean_by(per_row, [r.get(group_by) for r in rows], metric))
     if env is not None:
-        result.update(episode_eval_metrics(episodes))
+        result.update(episode_eval_metrics(episodes, env.logged_info()))
     return result
 
 
@@ -136,10 +136,10 @@ def _number(x: torch.Tensor) -> float | None:
     return None if math.isnan(value) else value
 
 
-def episode_eval_metrics(episodes: list[EpisodeResult]) -> dict[str, float]:
-    """Per-episode means of the environment's counts, the share of episodes that called a tool, and the
-    share of tool calls that were valid (answered with a result, not an error)."""
-    sums = episode_metrics(episodes)
+def episode_eval_metrics(episodes: list[EpisodeResult], info_keys: list[str] | None = None) -> dict[str, float]:
+    """Per-episode means of the environment's counts (and its ``logged_info`` keys), the share of episodes
+    that called a tool, and the share of tool calls that were valid (answered with a result, not an error)."""
+    sums = {**episode_metrics(episodes), **info_sums(episodes, info_keys or [])}
     n = max(sums.pop("episodes"), 1.0)
     out = {f"eval/env/{name}": value / n for name, value in sums.items()}
     out["eval/env/tool_use"] = sum(r.tool_calls > 0 for r in episodes) / n

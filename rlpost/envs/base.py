@@ -143,6 +143,12 @@ class Environment(Component):
         """JSON schemas of the tools the chat template renders into the prompt (``tools=``); none by default."""
         return []
 
+    def logged_info(self) -> list[str]:
+        """Numeric ``StepResult.info`` keys summed over an episode's turns and logged as per-episode means,
+        ``env/<key>`` in training and ``eval/env/<key>`` held out (a fixed list per config: every process
+        gathers the same keys); none by default."""
+        return []
+
     def fresh(self) -> Environment:
         """A new environment of this kind and config: one per episode."""
         return type(self)(self.cfg)

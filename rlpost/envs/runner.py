@@ -264,6 +264,11 @@ def episode_metrics(results: list[EpisodeResult]) -> dict[str, float]:
     }
 
 
+def info_sums(results: list[EpisodeResult], keys: list[str]) -> dict[str, float]:
+    """Sums over the episodes of each ``info`` key (``Environment.logged_info``), every turn of an episode counted."""
+    return {k: float(sum(float(info.get(k, 0.0)) for r in results for info in r.infos)) for k in keys}
+
+
 def transcript(result: EpisodeResult, renderer: ChatRenderer) -> str:
     """One episode as markdown: the prompt text, then the completion with every trained token run in a
     ``[trained]`` block and every context run (observations, template tokens) in a ``[context]`` block."""

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 
 from rlpost.envs.base import Environment
-from rlpost.envs.runner import ChatRenderer, episode_fields, episode_metrics, run_episodes
+from rlpost.envs.runner import ChatRenderer, episode_fields, episode_metrics, info_sums, run_episodes
 
 logger = logging.getLogger(__name__)
 LOGGED_METRICS = ("turns", "tool_calls", "tool_errors", "timeouts", "failures", "trained_tokens")
@@ -68,7 +68,7 @@ class EpisodeRollouts:
 
         stop_ids = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
         results = run_episodes(self.env, rows, seeds, renderer, generate, stop_ids)
-        self._log(trainer, results, "train" if training else "eval")
+        self._log(trainer, results, "train" if training else "eval", self.env.logged_info())
         kept = [r.logprobs for r in results]  # the generator's sampling log-probs (vLLM), else None
         logprobs = None
         if all(lp is not None for lp in kept):
@@ -83,12 +83,14 @@ class EpisodeRollouts:
         }
 
     @staticmethod
-    def _log(trainer: Any, results: list, mode: str) -> None:
-        """``env/<name>`` per step: the mean per episode over every process's episodes."""
-        sums = episode_metrics(results)
+    def _log(trainer: Any, results: list, mode: str, info_keys: list[str]) -> None:
+        """``env/<name>`` per step: the mean per episode over every process's episodes (with the environment's
+        ``logged_info`` keys)."""
+        sums = {**episode_metrics(results), **info_sums(results, info_keys)}
+        names = [*LOGGED_METRICS, *info_keys]
         device = trainer.accelerator.device
-        totals = trainer.accelerator.gather(torch.tensor([[sums["episodes"], *(sums[k] for k in LOGGED_METRICS)]],
+        totals = trainer.accelerator.gather(torch.tensor([[sums["episodes"], *(sums[k] for k in names)]],
                                                          device=device)).sum(0)  # fmt: skip
         episodes = max(totals[0].item(), 1.0)
-        for name, value in zip(LOGGED_METRICS, totals[1:].tolist()):
+        for name, value in zip(names, totals[1:].tolist()):
             trainer._metrics[mode][f"env/{name}"].append(value / episodes)

@@ -48,6 +48,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("data/env", "frozen_worker"): ["reward=env"],
     ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["reward=env", "data=booking"],
+    ("data/env", "diagnose_revise"): ["reward=env"],  # the episode reward reaches the run through reward=env
     ("data/env", "python"): [
         "reward=env",
         "data.env.allow_unjailed_code=true",

@@ -75,6 +75,7 @@ CONTEXT: dict[str, list[str]] = {
     "data/env=frozen_worker": ["reward=env"],
     "data/env=code_repair": ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     "data/env=simulated_user": ["reward=env", "data=booking"],
+    "data/env=diagnose_revise": ["reward=env"],
     "data/env=python": [
         "reward=env",
         "data.env.allow_unjailed_code=true",

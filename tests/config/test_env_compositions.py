@@ -28,7 +28,6 @@ REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpos
             "forced_refusal",
             "generic_negative",
             "hindsight_critique",
-            "reflect_revise",
             "rubric_guidance",
             "struct_refine",
         )
