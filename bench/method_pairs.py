@@ -360,6 +360,21 @@ def pairs(steps: int) -> list[Pair]:
             None,  # the baselines are in the run: the untrained policy's documents (before) and no document
             ["reward", "env/executor_success", "env/no_skill_success", "env/skill_gain", "env/doc_chars", "step_time"],
             eval_keys=["eval/reward", "eval/env/no_skill_success", "eval/env/skill_gain", "eval/env/doc_chars"],
+            "la_rl",
+            "LA-RL (seed 000 #19): predict -> diagnose (error labels) -> revise episodes, rewarded for the final answer, "
+            "the first pass and format, vs single-turn GRPO on the same prompts",
+            ["recipe=la_rl", *batch],
+            ["recipe=default", *batch],
+            [
+                "rlpost/reward",
+                "env/first_correct",
+                "env/final_correct",
+                "env/format_valid",
+                "env/diagnosis_valid",
+                "env/changed",
+                "step_time",
+            ],
+            eval_keys=["eval/accuracy", "eval/env/first_correct", "eval/env/format_valid", "eval/env/changed"],
         ),
         Pair(
             "frost",

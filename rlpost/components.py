@@ -32,6 +32,7 @@ import rlpost.corrections.tis  # noqa: F401
 import rlpost.envs.calculator  # noqa: F401
 import rlpost.envs.callable  # noqa: F401
 import rlpost.envs.code_repair  # noqa: F401
+import rlpost.envs.diagnose_revise  # noqa: F401
 import rlpost.envs.formula  # noqa: F401
 import rlpost.envs.frozen_worker  # noqa: F401
 import rlpost.envs.gym  # noqa: F401
@@ -102,7 +103,6 @@ import rlpost.rollouts.hindsight_critique  # noqa: F401
 import rlpost.rollouts.intervention_bandit  # noqa: F401
 import rlpost.rollouts.language_routed  # noqa: F401
 import rlpost.rollouts.none  # noqa: F401
-import rlpost.rollouts.reflect_revise  # noqa: F401
 import rlpost.rollouts.rubric_guidance  # noqa: F401
 import rlpost.rollouts.self_critique  # noqa: F401
 import rlpost.rollouts.struct_refine  # noqa: F401

@@ -1,14 +1,13 @@
 """The conditioned second rollout, trained under the original prompt: the one mechanism behind
 ``feedback_refine`` (DITTO, seed 004 #16), ``hindsight_critique`` (HindSearch, seed 000 #12),
-``rubric_guidance`` (RISE-RL, seed 000 #6), ``reflect_revise`` (LA-RL, seed 000 #19) and
-``struct_refine`` (StructPO, seed 000 #10).
+``rubric_guidance`` (RISE-RL, seed 000 #6) and ``struct_refine`` (StructPO, seed 000 #10).
 
 Per group of G rows (one prompt x), the last ``refine_per_group`` = k rows are conditioned slots:
 
 1. natural: TRL samples the first G - k rows under x as usual;
 2. condition: the variant builds conditioned prompts c = x + something (verbal feedback on an
-   attempt, a hindsight critique that knows the gold answer, hints from missed rubric items, the
-   model's own diagnosis), at most k per group (``conditions``);
+   attempt, a hindsight critique that knows the gold answer, hints from missed rubric items), at most
+   k per group (``conditions``);
 3. second rollout: TRL samples z ~ pi(. | c), one per conditioned prompt;
 4. keep: the variant decides which z enter the group (``keep``; RISE-RL keeps only those that beat
    the natural rollouts' mean rubric reward, the others keep all);

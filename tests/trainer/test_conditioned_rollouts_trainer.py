@@ -1,11 +1,10 @@
 """The conditioned second rollouts (rlpost/rollouts/conditioned.py) through the real RLPostTrainer (tiny model,
-2 steps): DITTO's feedback, HindSearch's critique, RISE-RL's guidance, LA-RL's reflection and StructPO's
-stage-wise revision are sampled under their conditioned prompt and trained under the original one
+2 steps): DITTO's feedback, HindSearch's critique, RISE-RL's guidance and StructPO's stage-wise
+revision are sampled under their conditioned prompt and trained under the original one
 (tests/support_rollouts.py holds the harness)."""
 
 from __future__ import annotations
 
-import json
 import math
 
 import pytest
@@ -93,15 +92,6 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
         r = [(s * weights).sum().item() / 3 for s in scores]
         assert r[-1] > sum(r[:-1]) / 2
     assert all(0 <= v <= 1 for v in kept) and any(0 < v < 1 for v in kept)  # some kept, some dropped (seeded)
-
-
-def test_reflect_revise_diagnoses_then_trains_the_revision_under_the_original_prompt(tmp_path, generate_calls):
-    trainer = train([*data_files(tmp_path), "algorithm/rollout=reflect_revise"], tmp_path)
-    check_trained_under_original_prompt(trainer, generate_calls, min_rows=4)
-    diagnose = [p for prompts, _ in generate_calls for p in prompts if "Which of these labels apply" in json.dumps(p)]
-    assert len(diagnose) == 8  # 2 steps x 2 groups x k=2
-    for request in trainer.run.algorithm.rollout.last.values():
-        assert request.note.startswith("Diagnosis of your response: ")
 
 
 LENGTH = "reward.terms=[{name: length, weight: 1.0, params: {target: 6, unit: words}}]"  # varies by completion

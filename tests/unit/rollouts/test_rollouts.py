@@ -245,7 +245,6 @@ def test_rlpost_list_shows_the_rollouts_with_their_seeds():
         "feedback_refine": "seed 004 #16",
         "hindsight_critique": "seed 000 #12",
         "rubric_guidance": "seed 000 #6",
-        "reflect_revise": "seed 000 #19",
         "struct_refine": "seed 000 #10",
         "frost": "seed 004 #1",
     }
