@@ -319,6 +319,23 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
+            "hindsearch",
+            "HindSearch (seed 000 #12): critique-guided retries distilled into the plain-prompt policy (out of the "
+            "GRPO group) vs GRPO, basic_arithmetic, SmolLM2 critique writer",
+            ["recipe=hindsearch", f"train.steps={steps}"],
+            ["recipe=default", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/hindsight_critique/failed_frac",
+                "rlpost/rollout/hindsight_critique/critique_chars_mean",
+                "rlpost/rollout/hindsight_critique/gold_in_critique_frac",
+                "rlpost/rollout/hindsight_critique/retry_reward",
+                "rlpost/rollout/hindsight_critique/opd_kl",
+                "step_time",
+            ],
+            extra={"no_gold": ["recipe=hindsearch", "algorithm.rollout.judge_sees_gold=false", f"train.steps={steps}"]},
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

@@ -27,7 +27,6 @@ REFUSED_BY_EPISODES = {  # option -> the key episodes name in the refusal (rlpos
             "feedback_refine",
             "forced_refusal",
             "generic_negative",
-            "hindsight_critique",
             "reflect_revise",
             "rubric_guidance",
             "struct_refine",
