@@ -56,6 +56,7 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.envs.search import contains_answer
 from rlpost.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.rewards.rubric_writer import build_writer
@@ -156,11 +157,12 @@ class HindsightCritique(ConditionedRollout):
         ctx.log("hindsight_critique/natural_reward", _mean([s for s in score.values() if s == s]))
         chosen = [i for n in natural for i in [j for j in n if j in failed][: self.cfg.refine_per_group]]
         asks = [self.critique_prompt(ctx.rows[i], user_text(prompts[i]), self.attempt(out, i)) for i in chosen]
-        written = [first_paragraph(t, self.cfg.max_critique_chars) if t else "" for t in self.writer.write(asks)]
+        texts = self.writer.write(asks) if asks else []
+        written = [first_paragraph(t, self.cfg.max_critique_chars) if t else "" for t in texts]
         if chosen:
             ctx.log("hindsight_critique/written_frac", sum(map(bool, written)) / len(written))
             ctx.log("hindsight_critique/critique_chars_mean", sum(map(len, written)) / len(written))
-            leaked = [str(ctx.rows[i][col]).lower() in w.lower() for i, w in zip(chosen, written) if w]
+            leaked = [contains_answer(w, str(ctx.rows[i][col])) for i, w in zip(chosen, written) if w]
             ctx.log("hindsight_critique/gold_in_critique_frac", _mean([float(x) for x in leaked]))
         requests = []
         for i, critique in zip(chosen, written):
