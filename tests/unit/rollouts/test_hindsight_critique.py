@@ -71,3 +71,31 @@ def test_bad_templates_are_refused():
         HindsightCritique.Config(template="Try again.")
     with pytest.raises(ValueError, match="instruction must contain {gold}"):
         HindsightCritique.Config(instruction="{question} {response}")
+
+
+def test_with_episodes_each_generate_call_resets_the_environment_from_its_own_rows():
+    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): a strategy's call on a
+    # subset or on conditioned prompts swaps in those rows for the call, and the batch's rows come back after it
+    from types import SimpleNamespace
+
+    from rlpost.rollouts.base import RolloutContext
+
+    seen = []
+    batch_rows = [{"prompt": "x0"}, {"prompt": "x1"}]
+
+    def generate(prompts):
+        seen.append([r["prompt"] for r in trainer.batch.rows])
+        n = len(prompts)
+        return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
+
+    trainer = SimpleNamespace(
+        batch=SimpleNamespace(rows=batch_rows), run=SimpleNamespace(env=object()), num_generations=2,
+        _tokenizer=None, state=SimpleNamespace(global_step=0), args=SimpleNamespace(seed=0),
+    )  # fmt: skip
+    ctx = RolloutContext(trainer, generate, batch_rows, 2)
+    out = ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
+    assert seen == [["c1"]] and trainer.batch.rows is batch_rows and trainer.num_generations == 2
+    assert out.kinds == ["conditioned"]
+    trainer.run.env = None  # single completions: the rows are not touched
+    ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
+    assert seen[-1] == ["x0", "x1"]
