@@ -375,6 +375,21 @@ def pairs(steps: int) -> list[Pair]:
                 "step_time",
             ],
             eval_keys=["eval/accuracy", "eval/env/first_correct", "eval/env/format_valid", "eval/env/changed"],
+            "hindsearch",
+            "HindSearch (seed 000 #12): critique-guided retries distilled into the plain-prompt policy (out of the "
+            "GRPO group) vs GRPO, basic_arithmetic, SmolLM2 critique writer",
+            ["recipe=hindsearch", f"train.steps={steps}"],
+            ["recipe=default", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/hindsight_critique/failed_frac",
+                "rlpost/rollout/hindsight_critique/critique_chars_mean",
+                "rlpost/rollout/hindsight_critique/gold_in_critique_frac",
+                "rlpost/rollout/hindsight_critique/retry_reward",
+                "rlpost/rollout/hindsight_critique/opd_kl",
+                "step_time",
+            ],
+            extra={"no_gold": ["recipe=hindsearch", "algorithm.rollout.judge_sees_gold=false", f"train.steps={steps}"]},
         ),
         Pair(
             "frost",

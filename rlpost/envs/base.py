@@ -105,9 +105,9 @@ class Environment(Component):
             )
         refusals = {
             "algorithm/rollout": (
-                type(algo.rollout).registry_name != "none",
+                type(algo.rollout).registry_name != "none" and not type(algo.rollout).episodes,
                 "a rollout strategy builds single completions around TRL's generation, while an episode is "
-                "generated turn by turn by the environment loop",
+                "generated turn by turn by the environment loop (hindsight_critique runs its retries as episodes)",
             ),
             "algorithm/correction": (
                 algo.correction.cfg.rollout_precision is not None or algo.correction.peer is not None,

@@ -137,17 +137,24 @@ class RolloutContext:
         self.step = trainer.state.global_step
         self.rng = random.Random(trainer.args.seed * 1_000_003 + self.step)
 
-    def generate(self, prompts: list, kind: str = NATURAL) -> Rollouts:
+    def generate(self, prompts: list, kind: str = NATURAL, rows: list[dict] | None = None) -> Rollouts:
         """TRL's generation on ``prompts`` [M] (one completion each) -> M rows of ``kind``.
 
         TRL's vLLM server mode samples ``num_generations`` completions per ``G``-th prompt; a strategy
-        passes any list (a subset, conditioned prompts), so G is 1 for the duration of the call.
+        passes any list (a subset, conditioned prompts), so G is 1 for the duration of the call. With
+        ``data/env`` each prompt is an episode whose environment starts from its dataset row (``reset``
+        reads the row's ``prompt``): ``rows`` [M] are those rows (a conditioned one with its new prompt).
         """
         g, self.trainer.num_generations = self.trainer.num_generations, 1
+        episodes = rows is not None and getattr(self.trainer.run, "env", None) is not None
+        if episodes:
+            kept, self.trainer.batch.rows = self.trainer.batch.rows, rows
         try:
             return Rollouts.from_trl(self._generate(prompts), kind)
         finally:
             self.trainer.num_generations = g
+            if episodes:
+                self.trainer.batch.rows = kept
 
     def completion_ids(self, text: str) -> list[int]:
         """Token ids of a fixed completion: the text, then the first EOS (a finished completion)."""
@@ -196,6 +203,8 @@ class RolloutStrategy(Component):
     # each term before a combine that returns advantages); "absolute" (fixed values such as 1.0 / 0.0, on the
     # scale of one reward: refused with such a combine)
     reward_adjustment: ClassVar[Literal["none", "relative", "absolute"]] = "none"
+    # whether the strategy runs with data/env (episodes): it passes every generate call its rows (RolloutContext)
+    episodes: ClassVar[bool] = False
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
         """Prompts [B] (each prompt G times in a row) -> the B rows, each with its kind."""

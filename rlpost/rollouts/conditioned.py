@@ -23,9 +23,9 @@ prompt is multi-turn (x, the attempt as an assistant turn, the feedback as a use
 prompt the same texts concatenated; attempts are cut to ``max_attempt_chars``; the tokens of z were
 sampled under c, so their old log-probs (computed by TRL under x) make the update an off-policy
 one, as in the seeds, with no extra correction. RISE-RL's z leave the GRPO group for its separate
-auxiliary objective (rubric_guidance.py: ``adjust_rewards`` and ``loss_term``); ICRL's trained critic is
-self_critique.py (its own layout of critic and refined rows); HindSearch's distillation loss is not
-implemented: there z joins the GRPO group.
+auxiliary objective (rubric_guidance.py: ``adjust_rewards`` and ``loss_term``), and HindSearch's retries
+for its distillation term (hindsight_critique.py); ICRL's trained critic is self_critique.py (its own
+layout of critic and refined rows).
 """
 
 from __future__ import annotations
@@ -103,12 +103,13 @@ class ConditionedRollout(RolloutStrategy):
         k, groups = self.cfg.refine_per_group, ctx.groups(len(prompts))
         natural = [list(g)[: len(g) - k] for g in groups]
         rows = [i for n in natural for i in n]
-        first = ctx.generate([prompts[i] for i in rows])
+        first = ctx.generate([prompts[i] for i in rows], rows=[ctx.rows[i] for i in rows])
         out = Rollouts.empty(len(prompts), first)
         for j, i in enumerate(rows):
             out.put(i, first, j)
         requests = self.conditions(prompts, ctx, out, natural)
-        cond = ctx.generate([r.prompt for r in requests], KIND) if requests else None
+        cond_rows = [{**ctx.rows[r.group[0]], "prompt": r.prompt} for r in requests]  # an episode starts from c
+        cond = ctx.generate([r.prompt for r in requests], KIND, cond_rows) if requests else None
         kept = self.keep(requests, cond, ctx, out) if cond is not None else []
         free = {g[0]: list(g)[len(g) - k :] for g in groups}
         self.last = {}
@@ -123,7 +124,7 @@ class ConditionedRollout(RolloutStrategy):
                 self.last[slot] = request
         empty = [i for slots in free.values() for i in slots]
         if empty:
-            back = ctx.generate([prompts[i] for i in empty])
+            back = ctx.generate([prompts[i] for i in empty], rows=[ctx.rows[i] for i in empty])
             for j, i in enumerate(empty):
                 out.put(i, back, j)
         ctx.log(f"{self.registry_name}/conditioned", len(requests))

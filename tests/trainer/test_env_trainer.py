@@ -11,6 +11,7 @@ import math
 
 import pytest
 import torch
+from support_judges import requests_for
 
 from rlpost.algorithms import trainer_class
 from rlpost.app import compose
@@ -99,7 +100,7 @@ def test_calculator_episodes_train_and_log(tmp_path):
     [
         (["data/env=calculator"], "reward term env, which reward.terms lacks"),
         (["reward=env"], "reward term env scores episodes, but data/env is none"),
-        (["data/env=calculator", "reward=env", "algorithm/rollout=hindsight_critique"], "cannot be combined with algorithm/rollout"),
+        (["data/env=calculator", "reward=env", "algorithm/rollout=feedback_refine"], "cannot be combined with algorithm/rollout"),
         (["data/env=calculator", "reward=env", "algorithm=ppo"], "cannot be combined with algorithm.critic"),
         (["data/env=calculator", "reward=env", "algorithm/correction=tis"], "cannot be combined with algorithm/correction"),
         (["data/env=calculator", "reward=env", "algorithm.overlong.soft_penalty=true", "algorithm.overlong.cache_len=4"],
@@ -241,3 +242,34 @@ def test_skiller_skill_documents_train_against_a_frozen_executor_and_a_critic(tm
     assert critiques and all("Skill document:" in r["prompt"] and "Correct answer:" in r["prompt"] for r in critiques)
     assert any(not torch.equal(p, before[n]) for n, p in trainer.model.named_parameters())
     assert (tmp_path / "checkpoint-2").is_dir()  # no environment state to save: the executor is frozen
+
+
+def test_hindsearch_retries_are_search_episodes_distilled_out_of_the_group(tmp_path, server):
+    # HindSearch (seed 000 #12) on the search environment: every natural episode of the random model fails, the
+    # writer (an endpoint) critiques its transcript with the gold answer, and the retry is an episode of its own
+    # that starts from the critique (it may call <search>); it leaves the group and trains through the OPD term
+    writer = ["algorithm.rollout.writer.backend=openai", f"algorithm.rollout.writer.base_url={server}/feedback/v1"]
+    overrides = ["data=search_qa", "data/env=search", "reward=env", "algorithm/rollout=hindsight_critique", *writer]
+    trainer, train_set = env_trainer([*overrides, "train.steps=2"], tmp_path)
+    g = trainer.num_generations
+    inputs = [dict(train_set[i // g]) for i in range(8)]  # two groups of G=4
+    trainer.model.train()
+    output = trainer._generate_and_score_completions(inputs)
+    strategy, kinds = trainer.run.algorithm.rollout, trainer.batch.kinds
+    assert kinds == ["natural", "natural", "conditioned", "conditioned"] * 2  # k=2 retries per group
+    for slot, request in strategy.last.items():
+        start = inputs[slot]["rlpost_env_start"]  # the retry episode's first messages (the environment's reset)
+        assert start[0]["role"] == "system" and "<search>" in start[0]["content"]  # it may search
+        assert start[-1] == {"role": "user", "content": request.note} and start[-2]["role"] == "assistant"
+        assert start[-2]["content"].startswith("assistant: ")  # the failed episode's transcript
+        assert request.note.startswith("A reviewer's critique of your response: Your response 'assistant: ")
+        assert output["rlpost_hindsight_weight"][slot] == 1.0 and torch.isnan(output["rlpost_rewards"][slot])
+        assert (output["rlpost_hindsight_teacher_logps"][slot] * output["completion_mask"][slot] < 0).any()
+        # trained under x: the natural episode's prompt ids (system message, question and tools)
+        assert output["prompt_ids"][slot].tolist() == output["prompt_ids"][slot - 2].tolist()
+    asks = [e["prompt"] for e in requests_for("feedback")]  # rows 0, 1 (group 0) and 4, 5 (group 1) failed
+    assert len(asks) == 4 and all(a.endswith(f"Reference: {inputs[i]['answer']}") for a, i in zip(asks, [0, 1, 4, 5]))
+    trainer.train()
+    logs = step_logs(trainer)
+    assert [log["rlpost/rollout/hindsight_critique/failed_frac"] for log in logs] == [1.0, 1.0]
+    assert all(math.isfinite(log["rlpost/rollout/hindsight_critique/opd_kl"]) for log in logs)

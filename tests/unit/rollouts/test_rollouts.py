@@ -202,8 +202,9 @@ def test_every_bundle_defaults_to_plain_sampling():
             ],
             "needs >= 2",
         ),
-        (["algorithm/rollout=hindsight_critique", "algorithm.rollout.judge.mode=scale"], "judge.mode must be yes_no"),
-        (["algorithm/rollout=hindsight_critique", "algorithm.rollout.judge.backend=nope"], "Unknown judge 'nope'"),
+        (["algorithm/rollout=hindsight_critique", "algorithm.rollout.template=again"], "must contain {critique}"),
+        (["algorithm/rollout=hindsight_critique", "algorithm.rollout.writer.backend=nope"], "writer.backend"),
+        (["algorithm/rollout=hindsight_critique", "eval.correct_term=null"], "needs a correctness term"),
         (
             ["algorithm/rollout=rubric_guidance", "algorithm.rollout.rubric.rubric=missing.yaml"],
             "algorithm.rollout.rubric.rubric",

@@ -1,0 +1,101 @@
+"""HindSearch (seed 000 #12, rlpost/rollouts/hindsight_critique.py): the on-policy distillation term by hand,
+the critique writer's prompt with and without the gold answer, and the retry rows leaving the GRPO group."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from rlpost.losses.base import LossInputs
+from rlpost.rollouts.hindsight_critique import TEACHER, WEIGHT, HindsightCritique, hindsight_opd
+
+
+def strategy(**overrides) -> HindsightCritique:
+    return HindsightCritique(HindsightCritique.Config(**overrides))
+
+
+def test_opd_term_by_hand():
+    # loss_t = w_i * sg(s_t - t_t) * s_t (s: student log pi(z_t | x), t: teacher log pi(z_t | c))
+    s = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]], requires_grad=True)
+    t = torch.tensor([[-0.5, -3.0], [0.0, 0.0]])
+    w = torch.tensor([2.0, 0.0])  # row 1 is a natural rollout: no term
+    loss, delta = hindsight_opd(s, t, w, torch.ones(2, 2))
+    # row 0: delta = (-1 + 0.5, -2 + 3) = (-0.5, 1.0); loss = 2 * (-0.5 * -1, 1.0 * -2) = (1.0, -4.0)
+    assert delta.tolist() == [[-0.5, 1.0], [0.0, 0.0]]
+    assert loss.tolist() == [[1.0, -4.0], [0.0, 0.0]]
+    loss.sum().backward()
+    # d loss / d s = w * delta (delta is stopped): the token the critique made likelier (delta < 0) is pushed up
+    assert s.grad.tolist() == [[-1.0, 2.0], [0.0, 0.0]]
+    # a masked token (padding, an observation) has no delta and no loss
+    loss, delta = hindsight_opd(s, t, w, torch.tensor([[1.0, 0.0], [1.0, 1.0]]))
+    assert delta.tolist() == [[-0.5, 0.0], [0.0, 0.0]] and loss.tolist() == [[1.0, 0.0], [0.0, 0.0]]
+
+
+def test_loss_term_reads_the_scored_batch_and_logs_kl_per_retry_token():
+    s = torch.tensor([[-1.0, -2.0, -4.0], [-0.5, -0.5, -0.5]])
+    x = LossInputs(
+        logps=s,
+        old_logps=s,
+        advantages=torch.zeros(2, 1),
+        mask=torch.tensor([[1.0, 1.0, 0.0], [1.0, 1.0, 1.0]]),
+        batch={WEIGHT: torch.tensor([0.5, 0.0]), TEACHER: torch.tensor([[-2.0, -1.0, -9.0], [0.0, 0.0, 0.0]])},
+    )
+    term, metrics = strategy().loss_term(x)
+    # row 0, 2 counted tokens: delta = (-1 + 2, -2 + 1) = (1, -1); term = 0.5 * (1 * -1, -1 * -2, 0) = (-0.5, 1, 0)
+    assert term.tolist() == [[-0.5, 1.0, 0.0], [0.0, 0.0, 0.0]]
+    assert metrics == {
+        "hindsight_critique/opd_kl": pytest.approx(0.0),  # (1 - 1) / 2
+        "hindsight_critique/teacher_logp": pytest.approx(-1.5),  # (-2 - 1) / 2
+    }
+    x.batch[WEIGHT] = torch.zeros(2)
+    assert strategy().loss_term(x) == (None, {})
+
+
+def test_the_writer_sees_the_gold_answer_only_with_hindsight():
+    row = {"answer": "Osk"}
+    seen = strategy().critique_prompt(row, "Where was Ada born?", "Lund")
+    assert "Question: Where was Ada born?" in seen and "Response: Lund" in seen and seen.endswith("Reference: Osk")
+    blind = strategy(judge_sees_gold=False).critique_prompt(row, "Where was Ada born?", "Lund")
+    assert "Osk" not in blind and "Reference" not in blind and blind.endswith("Response: Lund")
+
+
+def test_retries_leave_the_grpo_group():
+    rewards = torch.tensor([0.0, 1.0, 1.0, 0.0])
+    kinds = ["natural", "natural", "conditioned", "conditioned"]
+    adjusted, _ = strategy().adjust_rewards(rewards, kinds, [{}] * 4, ["a"] * 4, 4)
+    assert adjusted[:2].tolist() == [0.0, 1.0] and adjusted[2:].isnan().all()
+
+
+def test_bad_templates_are_refused():
+    with pytest.raises(ValueError, match="critique"):
+        HindsightCritique.Config(template="Try again.")
+    with pytest.raises(ValueError, match="instruction must contain {gold}"):
+        HindsightCritique.Config(instruction="{question} {response}")
+
+
+def test_with_episodes_each_generate_call_resets_the_environment_from_its_own_rows():
+    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): a strategy's call on a
+    # subset or on conditioned prompts swaps in those rows for the call, and the batch's rows come back after it
+    from types import SimpleNamespace
+
+    from rlpost.rollouts.base import RolloutContext
+
+    seen = []
+    batch_rows = [{"prompt": "x0"}, {"prompt": "x1"}]
+
+    def generate(prompts):
+        seen.append([r["prompt"] for r in trainer.batch.rows])
+        n = len(prompts)
+        return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
+
+    trainer = SimpleNamespace(
+        batch=SimpleNamespace(rows=batch_rows), run=SimpleNamespace(env=object()), num_generations=2,
+        _tokenizer=None, state=SimpleNamespace(global_step=0), args=SimpleNamespace(seed=0),
+    )  # fmt: skip
+    ctx = RolloutContext(trainer, generate, batch_rows, 2)
+    out = ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
+    assert seen == [["c1"]] and trainer.batch.rows is batch_rows and trainer.num_generations == 2
+    assert out.kinds == ["conditioned"]
+    trainer.run.env = None  # single completions: the rows are not touched
+    ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
+    assert seen[-1] == ["x0", "x1"]
