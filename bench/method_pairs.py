@@ -319,6 +319,22 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
+            "prompter",
+            "Prompter policies (seed 004 #21): a contrastive experience buffer (best/worst past instructions with "
+            "rewards and SmolLM2 critiques) conditions 2 of 4 rollouts, trained under the plain prompt, vs GRPO; "
+            "frozen SmolLM2 worker",
+            ["recipe=prompter", f"train.steps={steps}"],
+            ["recipe=prompter", "algorithm/rollout=none", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "rlpost/experience_buffer/conditioned_reward_mean",
+                "rlpost/experience_buffer/plain_reward_mean",
+                "rlpost/experience_buffer/buffer_size",
+                "rlpost/experience_buffer/critique_chars_mean",
+                "step_time",
+            ],
+        ),
+        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",

@@ -95,7 +95,7 @@ class Environment(Component):
             )
         refusals = {
             "algorithm/rollout": (
-                type(algo.rollout).registry_name != "none",
+                type(algo.rollout).registry_name != "none" and not algo.rollout.episodes,
                 "a rollout strategy builds single completions around TRL's generation, while an episode is "
                 "generated turn by turn by the environment loop",
             ),

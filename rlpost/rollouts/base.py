@@ -196,6 +196,8 @@ class RolloutStrategy(Component):
     # each term before a combine that returns advantages); "absolute" (fixed values such as 1.0 / 0.0, on the
     # scale of one reward: refused with such a combine)
     reward_adjustment: ClassVar[Literal["none", "relative", "absolute"]] = "none"
+    # True: it generates whole groups through the environment loop (data/env), so episodes do not refuse it
+    episodes: ClassVar[bool] = False
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
         """Prompts [B] (each prompt G times in a row) -> the B rows, each with its kind."""
