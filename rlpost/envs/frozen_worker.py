@@ -77,6 +77,7 @@ class FrozenWorker(Environment):
 
     Config = FrozenWorkerConfig
     cfg: FrozenWorkerConfig
+    verifiable = True  # the episode reward checks the worker's answer against the row's gold (eval/accuracy)
 
     def __init__(self, cfg: FrozenWorkerConfig):
         super().__init__(cfg)

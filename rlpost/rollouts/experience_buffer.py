@@ -163,6 +163,7 @@ class ExperienceBuffer(RolloutStrategy):
         super().__init__(cfg)
         self.critic = build_writer(cfg.critic)
         self.buffer = Buffer(cfg.buffer_size)
+        self.step = 0  # training batches seen (the entries' step)
         self.shown: list[tuple[list[Entry], list[Entry]]] = []  # this batch's shown entries (logs and tests)
 
     def check_run(self, run: Any) -> None:
@@ -250,8 +251,6 @@ class ExperienceBuffer(RolloutStrategy):
             if values:
                 metrics[f"experience_buffer/{name}_reward_mean"] = _mean(values)
         return rewards, metrics
-
-    step = 0  # training batches seen (the entries' step)
 
     def state_dict(self) -> dict[str, Any]:
         entries = {key: [asdict(e) for e in kept] for key, kept in self.buffer.entries.items()}

@@ -10,6 +10,7 @@ from support_rollouts import ROWS, Recorder, data_files, logged
 from test_env_trainer import ends_turns_soon
 
 from rlpost.data import load_datasets
+from rlpost.envs.frozen_worker import FrozenWorker
 from rlpost.models import load_model, load_tokenizer
 from rlpost.rollouts.experience_buffer import HEADER, ExperienceBuffer
 from rlpost.state import STATE_FILE
@@ -34,7 +35,20 @@ OVERRIDES = [
 ]
 
 
-def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path):
+def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path, monkeypatch):
+    starts, tasks = [], []  # every episode's first messages; the task each worker call read
+    real_reset, real_carry = FrozenWorker.reset, FrozenWorker.carry_out
+
+    def reset(self, row, seed=0):
+        starts.append(real_reset(self, row, seed))
+        return starts[-1]
+
+    def carry_out(self, instruction):
+        tasks.append(self.question)
+        return real_carry(self, instruction)
+
+    monkeypatch.setattr(FrozenWorker, "reset", reset)  # recorded, then the real environment runs
+    monkeypatch.setattr(FrozenWorker, "carry_out", carry_out)
     run = make_run([*data_files(tmp_path), *OVERRIDES])
     train_set, _ = load_datasets(run.data)
     tok, model = load_tokenizer(run.model), load_model(run.model)
@@ -55,7 +69,10 @@ def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path
     for g in (0, 4):
         for i in (g + 2, g + 3):
             assert torch.equal(second["prompt_ids"][i], second["prompt_ids"][g])
-    # ... and was sampled with the buffer in its prompt (the episode started from the extended row)
+    # ... and was sampled with the buffer in its prompt (the episode started from the extended row); the worker
+    # always read the plain task, never the buffer
+    assert len([s for s in starts if HEADER in s[-1]["content"]]) == 4  # step 1's k=2 x 2 groups
+    assert len(tasks) > 0 and all(t in {r["question"] for r in ROWS} for t in tasks)
     for best, worst in strategy.shown:
         assert len(best) == 1 and len(worst) == 1 and best[0].reward >= worst[0].reward
     assert all(e.task in {r["question"] for r in ROWS} for e in strategy.buffer.entries[""])
@@ -70,26 +87,3 @@ def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path
     fresh = ExperienceBuffer(strategy.cfg)
     fresh.load_state_dict(state)
     assert fresh.state_dict() == strategy.state_dict() and len(fresh.buffer) == 8 and fresh.step == 2
-
-
-def test_the_conditioned_episode_starts_from_the_buffer_prompt(tmp_path, monkeypatch):
-    from rlpost.envs.frozen_worker import FrozenWorker
-
-    starts, tasks = [], []
-    real_reset, real_carry = FrozenWorker.reset, FrozenWorker.carry_out
-
-    def reset(self, row, seed=0):
-        starts.append(real_reset(self, row, seed))
-        return starts[-1]
-
-    def carry_out(self, instruction):
-        tasks.append(self.question)
-        return real_carry(self, instruction)
-
-    monkeypatch.setattr(FrozenWorker, "reset", reset)
-    monkeypatch.setattr(FrozenWorker, "carry_out", carry_out)
-    test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path)
-    shown = [s for s in starts if HEADER in s[-1]["content"]]
-    assert len(shown) == 4  # step 1's k=2 x 2 groups
-    # the worker always read the plain task, never the buffer
-    assert tasks and all(t in {r["question"] for r in ROWS} for t in tasks)
