@@ -1,11 +1,12 @@
 """experience_buffer (prompter policies, seed 004 #21) through the real RLPostTrainer: the tiny random model
-instructs a tiny random frozen worker (data/env=frozen_worker), a tiny random critic writes the critiques, 2 steps."""
+instructs a tiny random frozen worker (data/env=frozen_worker), a critic endpoint writes the critiques, 2 steps."""
 
 from __future__ import annotations
 
 import math
 
 import torch
+from support_judges import requests_for
 from support_rollouts import ROWS, Recorder, data_files, logged
 from test_env_trainer import ends_turns_soon
 
@@ -28,14 +29,12 @@ OVERRIDES = [
     "data.env.worker_max_new_tokens=4",
     TERMS,
     "algorithm/rollout=experience_buffer",
-    "+algorithm.rollout.critic.model={source: tiny_random, tiny_layers: 1}",
-    "algorithm.rollout.critic.max_new_tokens=6",
-    "train.steps=2",
-    "train.save_steps=2",
-]
+    "algorithm.rollout.critic.backend=openai",  # the fake endpoint (tests/support_judges.py); a random model writes
+]  # nothing readable, and the local critic's path is the writer's (tests of feedback_refine)
+STEPS = ["train.steps=2", "train.save_steps=2"]
 
 
-def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path, monkeypatch):
+def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path, monkeypatch, server):
     starts, tasks = [], []  # every episode's first messages; the task each worker call read
     real_reset, real_carry = FrozenWorker.reset, FrozenWorker.carry_out
 
@@ -49,7 +48,8 @@ def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path
 
     monkeypatch.setattr(FrozenWorker, "reset", reset)  # recorded, then the real environment runs
     monkeypatch.setattr(FrozenWorker, "carry_out", carry_out)
-    run = make_run([*data_files(tmp_path), *OVERRIDES])
+    critic = f"algorithm.rollout.critic.base_url={server}/critic/v1"
+    run = make_run([*data_files(tmp_path), *OVERRIDES, critic, *STEPS])
     train_set, _ = load_datasets(run.data)
     tok, model = load_tokenizer(run.model), load_model(run.model)
     ends_turns_soon(model, tok)
@@ -76,7 +76,9 @@ def test_the_buffer_fills_with_critiques_and_conditions_the_second_step(tmp_path
     for best, worst in strategy.shown:
         assert len(best) == 1 and len(worst) == 1 and best[0].reward >= worst[0].reward
     assert all(e.task in {r["question"] for r in ROWS} for e in strategy.buffer.entries[""])
-    assert all(e.critique for e in strategy.buffer.entries[""])  # the critic wrote each one
+    assert all(e.critique == "no" for e in strategy.buffer.entries[""])  # the endpoint's reply, one per entry
+    asks = [e["prompt"] for e in requests_for("critic")]
+    assert len(asks) == 8 and all("\n\nInstruction: " in a and "\n\nReward: " in a for a in asks)
     logs = step_logs(trainer)
     assert all(math.isfinite(log["loss"]) for log in logs)
     assert math.isfinite(logs[1]["rlpost/experience_buffer/conditioned_reward_mean"])

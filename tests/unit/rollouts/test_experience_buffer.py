@@ -7,7 +7,7 @@ import math
 
 import pytest
 import torch
-from support_judges import requests_for, server  # noqa: F401 (the fixture)
+from support_judges import requests_for
 
 from rlpost.rollouts.experience_buffer import (
     FOOTER,
@@ -86,12 +86,12 @@ def test_turn_texts_read_the_last_instruction_and_the_worker_answer_after_it():
     assert turn_texts("plain completion") == ("plain completion", "")
 
 
-def strategy(server, **fields) -> ExperienceBuffer:  # noqa: F811
+def strategy(server, **fields) -> ExperienceBuffer:
     critic = {"backend": "openai", "base_url": f"{server}/critic/v1", "max_new_tokens": 8}
     return ExperienceBuffer(build_config(ExperienceBuffer.Config, {"critic": critic, **fields}, "algorithm.rollout"))
 
 
-def test_adjust_rewards_adds_each_groups_extremes_with_a_critique_and_logs_both_kinds(server):  # noqa: F811
+def test_adjust_rewards_adds_each_groups_extremes_with_a_critique_and_logs_both_kinds(server):
     s = strategy(server, buffer_size=3)
     rows = [{"question": "What is 2 + 2?", "answer": "4"}] * 3 + [{"question": "What is 3 * 3?", "answer": "9"}] * 3
     completions = [[{"role": "assistant", "content": f"ins {i}"}, {"role": "user", "content": f"Worker: {i}"}]
@@ -142,5 +142,5 @@ def test_a_failed_critique_keeps_the_entry_without_one():
     ],
 )
 def test_bad_settings_are_refused(fields, message):
-    with pytest.raises((ValueError, Exception), match=message):
+    with pytest.raises(Exception, match=message):
         build_config(ExperienceBuffer.Config, fields, "algorithm.rollout")
