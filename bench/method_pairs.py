@@ -145,22 +145,6 @@ def pairs(steps: int) -> list[Pair]:
             baseline_label="opd, SmolLM2 teacher",
         ),
         Pair(
-            "icrl",
-            "ICRL (seed 004 #23): the policy critiques its own attempt and refines it (2 critiques + 2 refinements per "
-            "group of 6) vs GRPO (4 per group), the same 2 prompts per step; held-out accuracy without critique",
-            ["recipe=icrl", "eval.size=50", f"train.steps={steps}"],
-            ["recipe=default", "eval.size=50", f"train.steps={steps}"],
-            [
-                "reward",
-                "rlpost/self_critique/attempt_reward_mean",
-                "rlpost/self_critique/refined_reward_mean",
-                "rlpost/self_critique/critic_reward_mean",
-                "rlpost/self_critique/improvement_rate",
-                "rlpost/rollout/self_critique/ratio_mean",
-                "rlpost/rollout/self_critique/ratio_clip_frac",
-            ],
-        ),
-        Pair(
             "structpo",
             "StructPO (seed 000 #10): struct-aware credit with refinement-guided rollouts vs struct-aware credit alone",
             ["recipe=structpo", *batch],
@@ -335,63 +319,6 @@ def pairs(steps: int) -> list[Pair]:
             extra={"sdga_phase": ["recipe=cusearch", "algorithm/select=sdga_phase", f"train.steps={steps}"]},
         ),
         Pair(
-            "safectrl",
-            "SafeCtrl-RL (seed 004 #6): a SmolLM2 controller picks prompt-adjustment strategies for a frozen SmolLM2, "
-            "SmolLM2 rubric judge, bundled safety prompts; vs the fixed safety system prompt (no controller)",
-            ["recipe=safectrl", f"train.steps={steps}", f"train.save_steps={steps}"],
-            # the fixed strategy ignores the policy's text, so training cannot change it: one step gives its eval
-            ["recipe=safectrl", "data.env.fixed_strategy=safety", "train.steps=1", "train.save_steps=1"],
-            [
-                "rlpost/reward",
-                "env/format_failures",
-                "env/score_before",
-                "env/score_after",
-                "env/regenerations",
-                "env/pick/safety",
-                "env/pick/stop",
-            ],
-            eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
-                       "eval/env/format_failures"],  # fmt: skip
-            baseline_label="always safety",
-            "skiller",
-            "SKILLER (seed 000 #2): skill documents for a frozen SmolLM2 executor, trained on its success; before -> "
-            "after vs the no-skill executor on the same held-out tasks",
-            ["recipe=skiller", f"train.steps={steps}", f"train.save_steps={steps}"],
-            None,  # the baselines are in the run: the untrained policy's documents (before) and no document
-            ["reward", "env/executor_success", "env/no_skill_success", "env/skill_gain", "env/doc_chars", "step_time"],
-            eval_keys=["eval/reward", "eval/env/no_skill_success", "eval/env/skill_gain", "eval/env/doc_chars"],
-            "la_rl",
-            "LA-RL (seed 000 #19): predict -> diagnose (error labels) -> revise episodes, rewarded for the final answer, "
-            "the first pass and format, vs single-turn GRPO on the same prompts",
-            ["recipe=la_rl", *batch],
-            ["recipe=default", *batch],
-            [
-                "rlpost/reward",
-                "env/first_correct",
-                "env/final_correct",
-                "env/format_valid",
-                "env/diagnosis_valid",
-                "env/changed",
-                "step_time",
-            ],
-            eval_keys=["eval/accuracy", "eval/env/first_correct", "eval/env/format_valid", "eval/env/changed"],
-            "hindsearch",
-            "HindSearch (seed 000 #12): critique-guided retries distilled into the plain-prompt policy (out of the "
-            "GRPO group) vs GRPO, basic_arithmetic, SmolLM2 critique writer",
-            ["recipe=hindsearch", f"train.steps={steps}"],
-            ["recipe=default", f"train.steps={steps}"],
-            [
-                "rlpost/reward",
-                "rlpost/rollout/hindsight_critique/failed_frac",
-                "rlpost/rollout/hindsight_critique/critique_chars_mean",
-                "rlpost/rollout/hindsight_critique/gold_in_critique_frac",
-                "rlpost/rollout/hindsight_critique/retry_reward",
-                "rlpost/rollout/hindsight_critique/opd_kl",
-                "step_time",
-            ],
-            extra={"no_gold": ["recipe=hindsearch", "algorithm.rollout.judge_sees_gold=false", f"train.steps={steps}"]},
-        ),
-        Pair(
             "frost",
             "Frost (seed 004 #1): GCG token swaps along the judge's gradient join each group vs plain GRPO, "
             "maximum-likelihood infilling, SmolLM2 judge",
@@ -447,6 +374,36 @@ def pairs(steps: int) -> list[Pair]:
             ],
             eval_keys=["eval/math_answer", "eval/reward"],
         ),
+        Pair(
+            "safectrl",
+            "SafeCtrl-RL (seed 004 #6): a SmolLM2 controller picks prompt-adjustment strategies for a frozen SmolLM2, "
+            "SmolLM2 rubric judge, bundled safety prompts; vs the fixed safety system prompt (no controller)",
+            ["recipe=safectrl", f"train.steps={steps}", f"train.save_steps={steps}"],
+            # the fixed strategy ignores the policy's text, so training cannot change it: one step gives its eval
+            ["recipe=safectrl", "data.env.fixed_strategy=safety", "train.steps=1", "train.save_steps=1"],
+            [
+                "rlpost/reward",
+                "env/format_failures",
+                "env/score_before",
+                "env/score_after",
+                "env/regenerations",
+                "env/pick/safety",
+                "env/pick/stop",
+            ],
+            eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
+                       "eval/env/format_failures"],  # fmt: skip
+            baseline_label="always safety",
+        ),
+        Pair(
+            "skiller",
+            "SKILLER (seed 000 #2): skill documents for a frozen SmolLM2 executor, trained on its success; before -> "
+            "after vs the no-skill executor on the same held-out tasks",
+            ["recipe=skiller", f"train.steps={steps}", f"train.save_steps={steps}"],
+            None,  # the baselines are in the run: the untrained policy's documents (before) and no document
+            ["reward", "env/executor_success", "env/no_skill_success", "env/skill_gain", "env/doc_chars", "step_time"],
+            eval_keys=["eval/reward", "eval/env/no_skill_success", "eval/env/skill_gain", "eval/env/doc_chars"],
+        ),
+        Pair(
             "rail",
             "RAIL (seed 000 #8): a LinUCB bandit picks none / hint / critique / draft / extra samples per group after a "
             "2-rollout probe (4 shadow steps, then live) vs GRPO, basic_arithmetic",
@@ -460,6 +417,26 @@ def pairs(steps: int) -> list[Pair]:
                     for a in ("none", "hint", "critique", "draft", "extra")
                 ],
                 *[f"rlpost/intervention_bandit/gain_avg/{a}" for a in ("none", "hint", "critique", "draft", "extra")],
+                "step_time",
+            ],
+        ),
+        Pair(
+            "icrl",
+            "ICRL (seed 004 #23): the policy critiques its own attempt and refines it (2 critiques + 2 refinements per "
+            "group of 6) vs GRPO (4 per group), the same 2 prompts per step; held-out accuracy without critique",
+            ["recipe=icrl", "eval.size=50", f"train.steps={steps}"],
+            ["recipe=default", "eval.size=50", f"train.steps={steps}"],
+            [
+                "reward",
+                "rlpost/self_critique/attempt_reward_mean",
+                "rlpost/self_critique/refined_reward_mean",
+                "rlpost/self_critique/critic_reward_mean",
+                "rlpost/self_critique/improvement_rate",
+                "rlpost/rollout/self_critique/ratio_mean",
+                "rlpost/rollout/self_critique/ratio_clip_frac",
+            ],
+        ),
+        Pair(
             "lrpo",
             "LRPO (seed 004 #9): each group split between 2 of 5 response languages picked by an EXP3 router, "
             "best-vs-worst language preference term vs GRPO, basic_arithmetic",
@@ -473,6 +450,56 @@ def pairs(steps: int) -> list[Pair]:
                 ),
                 "rlpost/rollout/language_routed/pref_frac",
                 "rlpost/rollout/language_routed/pref_loss",
+                "step_time",
+            ],
+        ),
+        Pair(
+            "la_rl",
+            "LA-RL (seed 000 #19): predict -> diagnose (error labels) -> revise episodes, rewarded for the final answer, "
+            "the first pass and format, vs single-turn GRPO on the same prompts",
+            ["recipe=la_rl", *batch],
+            ["recipe=default", *batch],
+            [
+                "rlpost/reward",
+                "env/first_correct",
+                "env/final_correct",
+                "env/format_valid",
+                "env/diagnosis_valid",
+                "env/changed",
+                "step_time",
+            ],
+            eval_keys=["eval/accuracy", "eval/env/first_correct", "eval/env/format_valid", "eval/env/changed"],
+        ),
+        Pair(
+            "hindsearch",
+            "HindSearch (seed 000 #12): critique-guided retries distilled into the plain-prompt policy (out of the "
+            "GRPO group) vs GRPO, basic_arithmetic, SmolLM2 critique writer",
+            ["recipe=hindsearch", f"train.steps={steps}"],
+            ["recipe=default", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/hindsight_critique/failed_frac",
+                "rlpost/rollout/hindsight_critique/critique_chars_mean",
+                "rlpost/rollout/hindsight_critique/gold_in_critique_frac",
+                "rlpost/rollout/hindsight_critique/retry_reward",
+                "rlpost/rollout/hindsight_critique/opd_kl",
+                "step_time",
+            ],
+            extra={"no_gold": ["recipe=hindsearch", "algorithm.rollout.judge_sees_gold=false", f"train.steps={steps}"]},
+        ),
+        Pair(
+            "prompter",
+            "Prompter policies (seed 004 #21): a contrastive experience buffer (best/worst past instructions with "
+            "rewards and SmolLM2 critiques) conditions 2 of 4 rollouts, trained under the plain prompt, vs GRPO; "
+            "frozen SmolLM2 worker",
+            ["recipe=prompter", f"train.steps={steps}"],
+            ["recipe=prompter", "algorithm/rollout=none", f"train.steps={steps}"],
+            [
+                "rlpost/reward",
+                "rlpost/experience_buffer/conditioned_reward_mean",
+                "rlpost/experience_buffer/plain_reward_mean",
+                "rlpost/experience_buffer/buffer_size",
+                "rlpost/experience_buffer/critique_chars_mean",
                 "step_time",
             ],
         ),

@@ -95,6 +95,7 @@ import rlpost.rewards.token_f1  # noqa: F401
 
 # rollout strategies
 import rlpost.rollouts.draft_injection  # noqa: F401
+import rlpost.rollouts.experience_buffer  # noqa: F401
 import rlpost.rollouts.feedback_refine  # noqa: F401
 import rlpost.rollouts.forced_refusal  # noqa: F401
 import rlpost.rollouts.frost  # noqa: F401

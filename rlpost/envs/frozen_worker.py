@@ -59,6 +59,12 @@ def worker(cfg: FrozenWorkerConfig) -> tuple[Any, Any]:
     )
 
 
+def task_text(row: dict[str, Any]) -> str:
+    """The task the worker reads: the row's ``question`` column, else its prompt's last user message."""
+    messages = row_messages(row)
+    return str(row.get("question") or next(m["content"] for m in reversed(messages) if m["role"] == "user"))
+
+
 def mentions(text: str, answer: str) -> bool:
     """Whether ``answer`` appears in ``text`` as a whole token (a number is not part of a longer one)."""
     answer = answer.strip()
@@ -71,6 +77,7 @@ class FrozenWorker(Environment):
 
     Config = FrozenWorkerConfig
     cfg: FrozenWorkerConfig
+    verifiable = True  # the episode reward checks the worker's answer against the row's gold (eval/accuracy)
 
     def __init__(self, cfg: FrozenWorkerConfig):
         super().__init__(cfg)
@@ -78,9 +85,7 @@ class FrozenWorker(Environment):
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         messages = row_messages(row)
-        self.question = str(
-            row.get("question") or next(m["content"] for m in reversed(messages) if m["role"] == "user")
-        )
+        self.question = task_text(row)
         self.answer, self.score = str(row.get("answer", "")), 0.0
         return add_note(messages, SYSTEM, "system")
 

@@ -203,7 +203,8 @@ class RolloutStrategy(Component):
     # each term before a combine that returns advantages); "absolute" (fixed values such as 1.0 / 0.0, on the
     # scale of one reward: refused with such a combine)
     reward_adjustment: ClassVar[Literal["none", "relative", "absolute"]] = "none"
-    # whether the strategy runs with data/env (episodes): it passes every generate call its rows (RolloutContext)
+    # whether the strategy runs with data/env (episodes), so episodes do not refuse it: it passes every generate
+    # call its rows (RolloutContext), whole groups run through the environment loop
     episodes: ClassVar[bool] = False
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:

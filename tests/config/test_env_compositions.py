@@ -45,6 +45,7 @@ NEEDS_OTHER_TERMS = {  # options that read reward terms by name: refused naming 
     "algorithm/advantage=tiar": "ternary_abstention",
     "reward/combine=decoupled": "format",
     "algorithm/rollout=frost": "infill_likelihood",  # its check names the term before the episode refusal
+    "algorithm/rollout=experience_buffer": "runs on data/env=frozen_worker or without an environment",  # not calculator
     "algorithm/advantage=gae": "needs a critic",
     "algorithm/advantage=dpo": "gives DPO's gradient only through algorithm/loss=clip",  # without algorithm=ed_idpo
 }
