@@ -351,7 +351,10 @@ def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, requ
         run = build_run(cfg)
         assert type(run.algorithm.rollout).registry_name == rollout and run.algorithm.name == bundle
     for reward in group_options("reward"):
-        cfg = compose([f"reward={reward}", f"algorithm/rollout={rollout}", *required.get(("reward", reward), [])])
+        sizes = own if rollout == "self_critique" else []  # its group size (frost's own reward is tested below)
+        cfg = compose(
+            [f"reward={reward}", f"algorithm/rollout={rollout}", *required.get(("reward", reward), []), *sizes]
+        )
         if rollout in ROLLOUT_TERMS and reward != ROLLOUT_TERMS[rollout]:  # it reads one reward term by name
             with pytest.raises(ConfigError, match=f"needs the differentiable reward term '{ROLLOUT_TERMS[rollout]}'"):
                 build_run(cfg)
