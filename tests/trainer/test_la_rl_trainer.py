@@ -36,8 +36,9 @@ def digits_and_short_turns(model, tok) -> None:
 
 def test_la_rl_trains_the_three_turns_on_the_episode_reward(tmp_path):
     (tmp_path / "train.jsonl").write_text("".join(json.dumps(r) + "\n" for r in ROWS))
-    data = ["data=jsonl", f"data.path={tmp_path / 'train.jsonl'}", f"data.eval_split={tmp_path / 'train.jsonl'}"]
-    run = build_run(compose([*TINY, *data, "data.eval_size=4", "eval.size=4", "recipe=la_rl", "model=tiny-random",
+    (tmp_path / "eval.jsonl").write_text(json.dumps({"question": "What is 4 + 4?", "answer": "8"}) + "\n")
+    data = ["data=jsonl", f"data.path={tmp_path / 'train.jsonl'}", f"data.eval_split={tmp_path / 'eval.jsonl'}"]
+    run = build_run(compose([*TINY, *data, "data.eval_size=1", "eval.size=1", "recipe=la_rl", "model=tiny-random",
                              "train.steps=2", "train.max_completion_length=6", "train.learning_rate=1e-3"]))  # fmt: skip
     train_set, _ = load_datasets(run.data)
     tok, model = load_tokenizer(run.model), load_model(run.model)
