@@ -78,7 +78,8 @@ class Buffer:
     """Per key a FIFO list of at most ``size`` entries; ``select`` picks the contrastive pair."""
 
     def __init__(self, size: int):
-        self.size, self.entries = size, {}  # entries: key -> [Entry], oldest first
+        self.size = size
+        self.entries: dict[str, list[Entry]] = {}  # key -> its entries, oldest first
 
     def add(self, key: str, entry: Entry) -> None:
         kept = self.entries.setdefault(key, [])

@@ -243,6 +243,7 @@ def test_rlpost_list_shows_the_rollouts_with_their_seeds():
         "forced_refusal": "seed 000 #9",
         "generic_negative": "seed 004 #8",
         "draft_injection": "seed 004 #19",
+        "experience_buffer": "seed 004 #21",
         "feedback_refine": "seed 004 #16",
         "hindsight_critique": "seed 000 #12",
         "rubric_guidance": "seed 000 #6",
