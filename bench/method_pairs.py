@@ -390,8 +390,13 @@ def pairs(steps: int) -> list[Pair]:
                 "env/pick/safety",
                 "env/pick/stop",
             ],
-            eval_keys=["eval/reward", "eval/reward/harmful", "eval/reward/benign", "eval/env/score_after",
-                       "eval/env/format_failures"],  # fmt: skip
+            eval_keys=[
+                "eval/reward",
+                "eval/reward/harmful",
+                "eval/reward/benign",
+                "eval/env/score_after",
+                "eval/env/format_failures",
+            ],  # fmt: skip
             baseline_label="always safety",
         ),
         Pair(

@@ -50,7 +50,11 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     ("data/env", "skill_executor"): ["reward=env", "data=skill_families"],  # SKILLER: rows hold a family's tasks
     ("data/env", "code_repair"): ["reward=env", "data=human_eval", "data.env.allow_unjailed_code=true"],
     ("data/env", "simulated_user"): ["reward=env", "data=booking"],
-    ("data/env", "safety_controller"): ["reward=env", "data=jsonl", "data.path=recipes/data/safety_prompts.jsonl"],  # rows naming their rubric
+    ("data/env", "safety_controller"): [
+        "reward=env",
+        "data=jsonl",
+        "data.path=recipes/data/safety_prompts.jsonl",
+    ],  # rows naming their rubric
     ("data/env", "diagnose_revise"): ["reward=env"],  # the episode reward reaches the run through reward=env
     ("data/env", "python"): [
         "reward=env",
