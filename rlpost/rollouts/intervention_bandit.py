@@ -220,7 +220,7 @@ class InterventionBandit(RolloutStrategy):
         self, rewards: torch.Tensor, kinds: list[str], rows: list[dict], completions: list, group_size: int
     ) -> tuple[torch.Tensor, dict[str, float]]:
         """Rewards [N] -> the none arm's slots NaN; each group's (arm, context, gain) updates the bandit."""
-        out, gains = rewards.clone(), {arm: [] for arm in self.cfg.arms}
+        out, gains = rewards.clone(), {arm: list[float]() for arm in self.cfg.arms}
         values = rewards.detach().double().cpu()
         for start in range(0, len(kinds), group_size):
             group = range(start, start + group_size)
