@@ -42,7 +42,7 @@ class Recorder(RLPostTrainer):
             self.batches.append(
                 {
                     "rows": list(inputs),
-                    "kinds": list(self.batch.kinds),
+                    "kinds": None if self.batch.kinds is None else list(self.batch.kinds),  # None: episodes
                     "texts": [completion_text(c) for c in self.batch.completions],
                     "scored": self._scored,
                     "terms": self.batch.reward_terms.clone(),

@@ -249,6 +249,9 @@ def test_rlpost_list_shows_the_rollouts_with_their_seeds():
         "rubric_guidance": "seed 000 #6",
         "struct_refine": "seed 000 #10",
         "frost": "seed 004 #1",
+        "intervention_bandit": "seed 000 #8",
+        "language_routed": "seed 004 #9",
+        "self_critique": "seed 004 #23",
     }
 
 
