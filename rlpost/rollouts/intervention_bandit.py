@@ -131,8 +131,9 @@ class InterventionBandit(RolloutStrategy):
             )
         if run.reward.combine.produces == "advantages":
             raise ConfigError(
-                "algorithm.rollout=intervention_bandit measures each intervention's improvement in the combined "
-                "reward; reward.combine returns advantages (use a combine that returns rewards, e.g. weighted_sum)."
+                f"reward/combine={type(run.reward.combine).registry_name} returns group-centred advantages, but "
+                "algorithm/rollout=intervention_bandit measures each intervention's improvement in the combined "
+                "reward; use a combine that returns rewards (weighted_sum, focal)."
             )
         if self.writer is not None and self.writer.cfg.backend == "local":
             from rlpost.models import check_weights_available

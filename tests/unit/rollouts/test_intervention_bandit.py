@@ -133,7 +133,7 @@ def test_state_round_trip():
         (["algorithm.rollout.probe=4", "train.num_generations=4"], "probe=4 must be smaller than"),
         (["algorithm.rollout.hint_template=no placeholder"], "hint_template must contain {hint}"),
         (["algorithm.rollout.gain=best"], "gain"),
-        (["reward/combine=decoupled"], "reward.combine returns advantages"),
+        (["reward/combine=decoupled"], "returns group-centred advantages, but algorithm/rollout=intervention_bandit"),
     ],
 )
 def test_bad_config_is_a_config_error(overrides, message):
