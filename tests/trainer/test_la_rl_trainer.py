@@ -25,9 +25,7 @@ from trainer_utils import TINY, grpo_args, step_logs
 
 # the episode reward (column 0) and a hash of the text: the tiny model is rarely right, the hash gives every group
 # a spread to follow, so parameters move even when no episode scores
-ENV_AND_HASH = (
-    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
-)
+ENV_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
 ROWS = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 3)]]
 
 
