@@ -69,6 +69,7 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
     # DynamicRubric's default writer is Qwen2.5-Coder-0.5B too
     ("reward", "dynamic_rubric"): [OFFLINE_WRITER],
     ("recipe", "dynamic_rubric"): [OFFLINE_WRITER],
+    ("recipe", "ditto"): ["algorithm.rollout.writer.model.source=smollm2"],  # its feedback model is Qwen (make qwen)
 }
 ROLLOUT_TERMS = {"frost": "infill_likelihood"}  # rollouts that need one reward term: refused without it
 NEEDS_CORRECTNESS = {"hindsight_critique"}  # rollouts that read eval.correct_term (failed rollouts): refused without
