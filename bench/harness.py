@@ -68,6 +68,10 @@ def measured_run(
             out = super()._generate(prompts)
             acc["gen_s"] += time.perf_counter() - t
             acc["gen_tokens"] += sum(len(ids) for ids in out[1])
+            steps = max((len(ids) for ids in out[1]), default=0)  # decode steps of this call
+            context = max((len(ids) for ids in out[0]), default=0) + steps / 2  # mean cached positions per row
+            acc["decode_steps"] += steps
+            acc["kv_positions"] += steps * len(out[1]) * context  # summed over decode steps: rows x context
             texts.extend(str(c) for c in out[3])
             return out
 
@@ -140,6 +144,9 @@ def measured_run(
     trainer.train()
     config = policy.config
     embedding = config.vocab_size * config.hidden_size
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_heads = getattr(config, "num_key_value_heads", None) or config.num_attention_heads
+    weight_bytes = next(policy.parameters()).element_size()
     return {
         "steps": steps_out,
         "peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
@@ -147,15 +154,43 @@ def measured_run(
         "completions_hash": hashlib.sha1(json.dumps(texts).encode()).hexdigest(),
         "body_params": sum(p.numel() for p in policy.parameters()) - embedding,  # tied head: counted once
         "head_params": embedding,
+        # bytes a decode step must read: every weight once (the tied head once; an embedding lookup reads
+        # only its rows), plus per cached position of each row its keys and values in every layer
+        "decode_weight_bytes": weight_bytes * sum(p.numel() for p in policy.parameters()),
+        "kv_bytes_per_position": weight_bytes * 2 * config.num_hidden_layers * kv_heads * head_dim,
         "rewards": [log["reward"] for log in trainer.state.log_history if "reward" in log],
     }
 
 
+def cli_run(
+    variant: dict, model: str, steps: int, threads: int, hardware: str = "cpu", extra: tuple[str, ...] = ()
+) -> dict:
+    """``rlpost train`` itself on the same job (for what only the CLI does, e.g. ``hardware.num_processes``
+    > 1 under ``accelerate launch``): its logged per-step ``step_time``; the other columns stay empty."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    out = Path(tempfile.mkdtemp(prefix="rlpost-bench-cli-"))
+    overrides = [f"model={model}", f"hardware={hardware}", f"train.steps={steps}", *BASE, *extra,
+                 *variant["overrides"], "logging.plots=false", "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={out}"]  # fmt: skip
+    env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
+    subprocess.run([sys.executable, "-m", "rlpost.cli", "train", *overrides], check=True, env=env)
+    logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return {"steps": [{"step_s": log["step_time"]} for log in logs if "step_time" in log], "cli": True}
+
+
 def summarize_run(result: dict, warmup: int) -> dict:
-    """Medians over the timed steps (the first ``warmup`` excluded), token sums over time sums."""
+    """Medians over the timed steps (the first ``warmup`` excluded), token sums over time sums; a CLI run
+    (``cli_run``) has its step time only (NaN elsewhere)."""
     import statistics
 
     timed = result["steps"][warmup:]
+    if result.get("cli"):
+        return {"step_s": statistics.median(s["step_s"] for s in timed), "cpu_s": float("nan"),
+                "gen_tok_s": float("nan"), "score_ms": float("nan"), "loss_ms": float("nan"),
+                "grad_ms": float("nan"), "train_tok_s": float("nan"), "train_gflop_s": float("nan"),
+                "peak_rss_mb": float("nan"), "decode_gb_s": float("nan")}  # fmt: skip
     total = {k: sum(s.get(k, 0.0) for s in timed) for k in timed[0]}
     train_s = total["train_step_s"] - total["gen_score_s"]
     tokens = total.get("executed_tokens", total["train_tokens"])
@@ -170,6 +205,14 @@ def summarize_run(result: dict, warmup: int) -> dict:
         "train_tok_s": total["train_tokens"] / max(train_s, 1e-9),
         "train_gflop_s": flops / max(train_s, 1e-9) / 1e9,
         "peak_rss_mb": result["peak_rss_mb"],
+        # decode's rate of memory traffic: the bytes its steps must read over the generation time (which
+        # also holds the prefill and tokenization, so this is a lower bound on the decode loop's own rate)
+        "decode_gb_s": (
+            result.get("decode_weight_bytes", 0) * total.get("decode_steps", 0)
+            + result.get("kv_bytes_per_position", 0) * total.get("kv_positions", 0)
+        )
+        / max(total["gen_s"], 1e-9)
+        / 1e9,
     }
 
 
@@ -207,6 +250,25 @@ def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8, device: st
             best = min(best, time.perf_counter() - t)
         rates[name] = 2 * size**3 / best / 1e9
     return rates
+
+
+def memory_bandwidth_gbs(threads: int, mib: int = 256, reps: int = 10) -> float:
+    """STREAM-like copy bandwidth in GB/s: ``b[:] = a`` over two ``mib``-MiB fp32 arrays (far beyond any
+    cache) with ``threads`` torch threads, best of ``reps``; each copy reads ``a`` and writes ``b``
+    (2 x ``mib`` MiB of traffic, STREAM's convention for Copy)."""
+    import torch
+
+    if threads:
+        torch.set_num_threads(threads)
+    n = mib * 2**20 // 4
+    a, b = torch.ones(n), torch.empty(n)
+    b.copy_(a)  # fault the pages in
+    best = float("inf")
+    for _ in range(reps):
+        t = time.perf_counter()
+        b.copy_(a)
+        best = min(best, time.perf_counter() - t)
+    return 2 * n * 4 / best / 1e9
 
 
 def machine(threads: int, load: float) -> str:

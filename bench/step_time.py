@@ -2,16 +2,21 @@
 
 Suites (``--suites trl,components,scaling``; each prints a markdown table, all are written to RESULTS.md):
 
-- ``trl``: the same GRPO job through plain TRL (``loss_type`` that rlpost's bundle reproduces exactly),
-  through rlpost doing TRL's computation (``SAME_AS_TRL``: TRL's log-prob head, no shared prefix,
-  PyTorch's matmuls; the ratio is the cost of rlpost's seams) and through rlpost's defaults (the fast
-  configuration: on CPU the faster of oneDNN's and PyTorch's matmuls, the shared prompt prefix in generation and training, packed rows,
-  the compact log-prob head). The completions hash shows whether they sampled the same text.
+- ``trl``: the same GRPO job through plain TRL in each configuration that keeps its results
+  (``TRL_VARIANTS``: as shipped, and with ``torch_compile=True``; ``loss_type`` that rlpost's bundle
+  reproduces exactly), through rlpost doing TRL's computation (``SAME_AS_TRL``: TRL's log-prob head, no
+  shared prefix, PyTorch's matmuls; compared with plain TRL, the ratio is the cost of rlpost's seams) and
+  through rlpost's defaults (the fast configuration: on CPU the faster of oneDNN's and PyTorch's matmuls,
+  the shared prompt prefix in generation and training, packed rows, the compact log-prob head; compared
+  with the fastest TRL configuration of the run). The completions hash shows whether they sampled the same text.
+- ``long``: the trl suite at reasoning lengths, 8 completions of up to 256 tokens and 4 of up to 1024, on
+  a prompt that asks for step-by-step working.
 - ``components``: each custom component against the plain GRPO step on the same data: GEPO, Output
   Reset, trusted-direction projection (subspace built after step 1), CoRE, the rubric judge (SmolLM2 as
   judge), and AIR (against the same AIR data and reward without the regularizer).
-- ``scaling``: rlpost's step with group size G = 4, 8, 16 (2 prompts per step) and completion length
-  16, 32, 64 (G = 4).
+- ``scaling``: rlpost's step along one dimension at a time against the smallest setting: group size
+  G = 4, 8, 16 (2 prompts per step), completion length 32 to 256, model size (SmolLM2-135M, Qwen2.5-Coder-0.5B)
+  and process count (1 vs 2, through the CLI).
 - ``env``: the cost of the environment loop: a single-turn step against calculator episodes of one and of
   exactly two turns (``data/env``; each turn up to the same max_completion_length).
 - ``matmul``: rlpost's defaults with ``train.cpu_matmul`` = aten, onednn and auto: whether ``auto``'s
@@ -22,6 +27,8 @@ run in a rotated order so drift on a shared machine hits all alike; the first ``
 excluded; per variant the median over repetitions. ``% peak`` is the training phase's useful FLOP/s
 over the best fp32 matmul rate measured at the start with the same thread count, by the faster of
 PyTorch's ``mm`` (MKL) and oneDNN (on AMD CPUs MKL runs its AVX2 path: oneDNN's rate is the machine's).
+``% BW`` is decode's rate of memory traffic (every weight once per decode step, plus each row's KV cache)
+over a STREAM-like copy bandwidth measured at the start: the memory-bandwidth bound of decoding.
 
 Usage: .venv/bin/python bench/step_time.py [--suites trl] [--reps 3] [--steps 5] [--model tiny-random]
 """
@@ -30,6 +37,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import statistics
 import subprocess
@@ -39,7 +47,7 @@ from collections import defaultdict
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
-from harness import machine, matmul_peak_gflops, measured_run, summarize_run  # noqa: E402
+from harness import cli_run, machine, matmul_peak_gflops, measured_run, memory_bandwidth_gbs, summarize_run  # noqa: E402
 
 ROOT = Path(__file__).resolve().parent.parent
 # glibc malloc keeps freed memory for reuse (no mmap chunks, no trimming, one arena): without it, every
@@ -57,6 +65,15 @@ TRL_EQUIVALENT = {
     "gspo": ([], dict(loss_type="grpo", importance_sampling_level="sequence", epsilon=3e-4, epsilon_high=4e-4)),
     "cispo": ([], dict(loss_type="cispo", epsilon_high=5.0)),
 }
+# plain TRL's configurations that keep its results (the same completions and rewards), fastest found so far
+# first: the ratio of rlpost's defaults is always taken against the fastest of them (FASTEST_TRL)
+TRL_VARIANTS = {
+    "TRL": {},
+    "TRL + torch_compile": {"torch_compile": True},  # inductor over the training forward/backward
+}
+FASTEST_TRL = "fastest TRL"
+LONG_SHAPES = [(256, 8), (1024, 4)]  # (max new tokens, completions per step), G = 4
+STEP_BY_STEP = ["data.template='{question} Think step by step, then give the final answer.'"]
 # rlpost doing exactly TRL's computation: TRL's log-prob head, every row prefilled, PyTorch's matmuls
 SAME_AS_TRL = ["train.logprob_head=trl", "train.shared_prefix=false", "train.cpu_matmul=aten"]
 AIR_BASE = ["data=air_intents", "reward=choice_or_text", "algorithm/regularizers=[]"]  # 16 completions/step:
@@ -76,8 +93,10 @@ COMPONENTS = [  # (label, overrides, label of the variant it is compared with)
 ]
 COLUMNS = [("step_s", "s/step", "{:.2f}"), ("cpu_s", "CPU s/step", "{:.2f}"), ("gen_tok_s", "gen tok/s", "{:.1f}"),
            ("score_ms", "score ms", "{:.0f}"), ("loss_ms", "loss ms", "{:.1f}"), ("grad_ms", "grad ms", "{:.0f}"), ("train_tok_s", "train tok/s", "{:.1f}"),
-           ("train_gflop_s", "train GFLOP/s", "{:.1f}"), ("peak_rss_mb", "peak RSS MB", "{:.0f}")]  # fmt: skip
+           ("train_gflop_s", "train GFLOP/s", "{:.1f}"), ("decode_gb_s", "decode GB/s", "{:.1f}"),
+           ("peak_rss_mb", "peak RSS MB", "{:.0f}")]  # fmt: skip
 
+SMALLEST = "smallest: G={args.num_generations}, {args.max_completion_length} tokens, SmolLM2-135M, 1 process"
 OWN = ("score_ms", "loss_ms", "grad_ms")  # where rlpost's components run: rewards/advantages, loss, grad transform
 
 
@@ -95,6 +114,9 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--num-generations", type=int, default=4)
     p.add_argument("--completions-per-step", type=int, default=8)
     p.add_argument("--max-completion-length", type=int, default=32)
+    p.add_argument(
+        "--trl-variants", default=",".join(TRL_VARIANTS), help=f"plain-TRL configurations: {', '.join(TRL_VARIANTS)}"
+    )
     p.add_argument("--algorithm", default="grpo", choices=list(TRL_EQUIVALENT), help="the trl suite's algorithm")
     p.add_argument("--threads", type=int, default=0, help="torch threads in each run (0: torch's default)")
     p.add_argument("--hardware", default="cpu", choices=["cpu", "gpu"], help="hardware profile of every run")
@@ -105,6 +127,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument("--child-out", help=argparse.SUPPRESS)
     args = p.parse_args(argv)
     args.suites = [s.strip() for s in args.suites.split(",") if s.strip()]
+    args.trl_variants = [s.strip() for s in args.trl_variants.split(",") if s.strip()]
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown or args.steps <= args.warmup:
         p.error(
@@ -122,14 +145,31 @@ def batch(args, g: int | None = None, length: int | None = None, per_step: int |
 
 
 # ---- suites: lists of variants -----------------------------------------------------------------
-def trl_suite(args) -> list[dict]:
+def trl_suite(args, length: int | None = None, per_step: int | None = None, template: list[str] = ()) -> list[dict]:
+    """Plain TRL in each configuration that keeps its results (``TRL_VARIANTS``), rlpost doing TRL's
+    computation (compared with plain TRL) and rlpost's defaults (compared with the fastest TRL variant)."""
     extra, trl = TRL_EQUIVALENT[args.algorithm]
-    overrides = [f"algorithm={args.algorithm}", *batch(args), *extra]
+    overrides = [f"algorithm={args.algorithm}", *batch(args, length=length, per_step=per_step), *extra, *template]
     return [
-        {"label": "TRL", "trainer": "TRL", "overrides": overrides, "trl": trl},
-        {"label": "rlpost, TRL's computation", "trainer": "rlpost", "overrides": [*overrides, *SAME_AS_TRL]},
-        {"label": "rlpost (defaults: fast)", "trainer": "rlpost", "overrides": overrides},
-    ]
+        *({"label": label, "trainer": "TRL", "overrides": overrides, "trl": {**trl, **settings}}
+          for label, settings in TRL_VARIANTS.items() if label in args.trl_variants),
+        {"label": "rlpost, TRL's computation", "trainer": "rlpost", "overrides": [*overrides, *SAME_AS_TRL],
+         "base": "TRL"},
+        {"label": "rlpost (defaults: fast)", "trainer": "rlpost", "overrides": overrides, "base": FASTEST_TRL},
+    ]  # fmt: skip
+
+
+def long_suite(args) -> list[dict]:
+    """The trl suite at reasoning lengths: 8 completions of up to 256 tokens and 4 of up to 1024, on a
+    prompt that asks for the working (``STEP_BY_STEP``), so the completions do get long."""
+    variants = []
+    for length, per_step in LONG_SHAPES:
+        for v in trl_suite(args, length=length, per_step=per_step, template=STEP_BY_STEP):
+            tag = f"{per_step} x {length}: "
+            base = v.get("base")
+            variants.append({**v, "label": tag + v["label"], "group": tag,
+                             **({"base": base if base == FASTEST_TRL else tag + base} if base else {})})  # fmt: skip
+    return variants
 
 
 def components_suite(args) -> list[dict]:
@@ -141,9 +181,22 @@ def components_suite(args) -> list[dict]:
 
 
 def scaling_suite(args) -> list[dict]:
-    shapes = [(4, 32), (8, 32), (16, 32), (4, 16), (4, 64)]
-    return [{"label": f"G={g}, {length} tokens", "trainer": "rlpost", "overrides": batch(args, g, length, 2 * g),
-             "base": "G=4, 32 tokens"} for g, length in shapes]  # fmt: skip
+    """rlpost's step along one dimension at a time, each row against the smallest setting (``SMALLEST``):
+    group size G (2 prompts per step), completion length, model size (SmolLM2-135M, Qwen2.5-Coder-0.5B:
+    ``make qwen``) and process count (1 vs 2 processes of one thread each under ``accelerate launch``;
+    both of those rows run the CLI and read its logged ``step_time``, so the launcher's cost is in both)."""
+    g, n, smallest = args.num_generations, args.max_completion_length, SMALLEST.format(args=args)
+    variants = [{"label": smallest, "trainer": "rlpost", "overrides": batch(args)}]
+    variants += [{"label": f"group size: G={k}", "trainer": "rlpost", "overrides": batch(args, k, None, 2 * k),
+                  "base": smallest} for k in (2 * g, 4 * g)]  # fmt: skip
+    variants += [{"label": f"completion length: {k} tokens", "trainer": "rlpost", "overrides": batch(args, length=k),
+                  "base": smallest} for k in (2 * n, 4 * n, 8 * n)]  # fmt: skip
+    variants.append({"label": "model size: Qwen2.5-Coder-0.5B", "trainer": "rlpost", "overrides": batch(args),
+                     "model": "qwen2.5-coder-0.5b", "base": smallest})  # fmt: skip
+    variants += [{"label": f"processes: {k} (CLI, {2 // k} thread{'s' if k == 1 else ''} each)", "trainer": "cli",
+                  "overrides": [*batch(args), f"hardware.num_processes={k}"],
+                  "base": "processes: 1 (CLI, 2 threads each)" if k > 1 else None} for k in (1, 2)]  # fmt: skip
+    return variants
 
 
 def env_suite(args) -> list[dict]:
@@ -174,37 +227,48 @@ SUITES = {
     "scaling": scaling_suite,
     "env": env_suite,
     "matmul": matmul_suite,
+    "long": long_suite,
 }
 
 
 # ---- tables --------------------------------------------------------------------------------------
-def table(variants: list[dict], runs: dict, peak: float, reference: str | None) -> str:
-    head = "| variant | " + " | ".join(t for _, t, _ in COLUMNS) + " | % peak | s/step per rep | ratio |"
-    lines = [head, "|---" * (len(COLUMNS) + 4) + "|"]
+def cell(fmt: str, value: float) -> str:
+    return "-" if math.isnan(value) else fmt.format(value)
+
+
+def table(variants: list[dict], runs: dict, peak: float, bandwidth: float, reference: str | None) -> str:
+    """One row per variant: medians over repetitions; ``% peak``: the training phase's model FLOP/s over
+    the fp32 matmul peak; ``% BW``: decode's bytes read per second over the measured copy bandwidth."""
+    head = "| variant | " + " | ".join(t for _, t, _ in COLUMNS) + " | % peak | % BW | s/step per rep | ratio |"
+    lines = [head, "|---" * (len(COLUMNS) + 5) + "|"]
     med = {}
     for v in variants:
         rows = runs[v["label"]]
         med[v["label"]] = {k: statistics.median(r[k] for r in rows) for k, _, _ in COLUMNS}
     for v in variants:
         m, base = med[v["label"]], v.get("base", reference)
-        cells = [fmt.format(m[k]) for k, _, fmt in COLUMNS]
+        if base == FASTEST_TRL or (base and base not in med):  # the fastest plain-TRL run of the same shape
+            trl = [u["label"] for u in variants if u["trainer"] == "TRL" and u.get("group") == v.get("group")]
+            base = min(trl, key=lambda label: med[label]["step_s"])
+        cells = [cell(fmt, m[k]) for k, _, fmt in COLUMNS]
         per_rep = ", ".join(f"{r['step_s']:.2f}" for r in runs[v["label"]])
         ratio = ""
         if base and base != v["label"]:  # wall ratio, and the ratio from the extra time in rlpost's own code
+            ratio = f"{m['step_s'] / med[base]['step_s']:.3f}x vs {base}"
             extra = sum(m[k] - med[base][k] for k in OWN) / 1e3
-            ratio = f"{m['step_s'] / med[base]['step_s']:.3f}x vs {base}; own code {extra:+.2f} s = "
-            ratio += f"{1 + extra / med[base]['step_s']:.3f}x"
+            if not math.isnan(extra):
+                ratio += f"; own code {extra:+.2f} s = {1 + extra / med[base]['step_s']:.3f}x"
         lines.append(
-            f"| {v['label']} | "
-            + " | ".join(cells)
-            + f" | {100 * m['train_gflop_s'] / peak:.0f}% | {per_rep} | {ratio} |"
+            f"| {v['label']} | " + " | ".join(cells) + f" | {cell('{:.0f}%', 100 * m['train_gflop_s'] / peak)} | "
+            f"{cell('{:.0f}%', 100 * m['decode_gb_s'] / bandwidth)} | {per_rep} | {ratio} |"
         )
     return "\n".join(lines)
 
 
 def child_main(args) -> int:
     variant = json.loads(args.child)
-    result = measured_run(variant, args.model, args.steps, args.threads, args.hardware, tuple(args.set))
+    run = cli_run if variant["trainer"] == "cli" else measured_run
+    result = run(variant, variant.get("model", args.model), args.steps, args.threads, args.hardware, tuple(args.set))
     Path(args.child_out).write_text(json.dumps(result))
     return 0
 
@@ -222,13 +286,14 @@ def main(argv=None) -> int:
     suites = {name: SUITES[name](args) for name in args.suites}
     plan = []
     for name, variants in suites.items():
-        reps = args.reps if name == "trl" else args.component_reps
+        reps = args.reps if name == "trl" else args.component_reps  # the long suite: one rep is minutes
         for rep in range(reps):
             rotated = variants[rep % len(variants) :] + variants[: rep % len(variants)]
             plan += [(name, rep, v) for v in rotated]
     device = "cuda" if args.hardware == "gpu" else "cpu"
     load, rates = os.getloadavg()[0], matmul_peak_gflops(args.threads, device=device)
     peak = max(rates.values())  # the machine's: the faster kernel
+    bandwidth = memory_bandwidth_gbs(args.threads) if device == "cpu" else float("nan")
     runs, hashes, rewards, threads = defaultdict(list), defaultdict(set), {}, 0
     with tempfile.TemporaryDirectory() as tmp, Progress(
         TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn()
@@ -247,9 +312,10 @@ def main(argv=None) -> int:
                 return 1
             result = json.loads(out.read_text())
             runs[suite, variant["label"]].append(summarize_run(result, args.warmup))
-            hashes[suite, rep].add((variant["trainer"], result["completions_hash"]))
-            rewards[variant["label"]] = result["rewards"]
-            threads = result["torch_threads"]
+            if not result.get("cli"):  # a CLI run logs its step time only
+                hashes[suite, rep, variant.get("group")].add(result["completions_hash"])
+                rewards[variant["label"]] = result["rewards"]
+                threads = result["torch_threads"]
             progress.advance(task)
     report = [
         f"## {' '.join([args.model, *args.set])}: {', '.join(args.suites)} ({args.steps} steps per run, first {args.warmup} excluded; "
@@ -257,13 +323,13 @@ def main(argv=None) -> int:
         f"unless stated; {'bf16 GPU' if device == 'cuda' else 'fp32 CPU'}; {'system malloc' if args.system_malloc else 'malloc keeps freed memory (KEEP_MEMORY)'})"
         f"\n\n{machine(threads, load)}; matmul peak {peak:.0f} GFLOP/s ({'bf16 8192^3' if device == 'cuda' else 'fp32 2048^2, best of 8'}; "
         + ", ".join(f"{name} {rate:.0f}" for name, rate in rates.items())
-        + ")\n"
+        + f"); memory bandwidth {bandwidth:.1f} GB/s (STREAM-like copy of 256 MiB, best of 10)\n"
     ]
     for name, variants in suites.items():
         by_label = {v["label"]: runs[name, v["label"]] for v in variants}
-        report.append(f"### {name}\n\n{table(variants, by_label, peak, variants[0]['label'])}\n")
-        if name == "trl":
-            same = all(len({h for _, h in hashes[name, rep]}) == 1 for rep in range(args.reps))
+        report.append(f"### {name}\n\n{table(variants, by_label, peak, bandwidth, variants[0]['label'])}\n")
+        if name in ("trl", "long"):
+            same = all(len(h) == 1 for (suite, *_), h in hashes.items() if suite == name)
             report.append(f"Same completions in every variant of a repetition: {'yes' if same else 'NO'}. "
                           "Rewards per step: " + "; ".join(f"{v['label']}: {rewards[v['label']]}" for v in variants) + "\n")  # fmt: skip
     text = "\n".join(report)
