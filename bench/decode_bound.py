@@ -1,0 +1,147 @@
+"""How far one decode step is from the memory-bandwidth bound, and where the rest of its time goes.
+
+A decode step of a GRPO generation batch reads every weight of the model once (the tied head once; the
+embedding lookup reads only its rows) and each row's KV cache: ``bytes = 4 * params + rows * context *
+2 * layers * kv_heads * head_dim * 4`` in fp32. At the machine's memory bandwidth (a STREAM-like copy,
+``harness.memory_bandwidth_gbs``) that takes ``bytes / bandwidth``: no decode step can be faster. This
+script measures, for SmolLM2-135M in fp32 with ``rows`` rows at a context of ``--context`` positions:
+
+- ``step``: one single-token forward with the KV cache (``logits_to_keep=1``), PyTorch's linears and
+  rlpost's (oneDNN, weights packed once: rlpost/onednn.py), median of ``--reps``;
+- ``linears only``: the same step's matrix products alone (every ``nn.Linear`` and the head on a
+  ``[rows, K]`` input, back to back): the floor the kernels set at this row count;
+- ``read weights``: summing every weight tensor (a pure read of the same bytes, no arithmetic to speak of);
+- ``bound``: ``bytes / bandwidth``, and the fraction of it each of the above reaches.
+
+Then the top operators of one profiled step. Rows vary (1, 8, 32, 64): the weight bytes are read once per
+step whatever the row count, so more rows per decode step (across prompts) is what moves a step toward
+the bound per generated token.
+
+Usage: .venv/bin/python bench/decode_bound.py [--rows 1,8,32,64] [--context 64] [--reps 20]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import time
+from functools import partial
+from pathlib import Path
+
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from harness import memory_bandwidth_gbs  # noqa: E402
+
+
+def best_of(fn, reps: int) -> float:
+    """Median seconds of ``reps`` calls after one warm-up call."""
+    fn()
+    times = []
+    for _ in range(reps):
+        t = time.perf_counter()
+        fn()
+        times.append(time.perf_counter() - t)
+    return statistics.median(times)
+
+
+def decode_step(model, token, mask, position, cache) -> None:
+    """One single-token forward over the cached context, then the cache cropped back (the next call
+    sees the same context)."""
+    model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache, logits_to_keep=1)
+    cache.crop(-1)
+
+
+def products(pairs) -> None:
+    """``x @ W^T`` through oneDNN for each (input, packed weight) pair: a decode step's linears alone."""
+    from rlpost import onednn
+
+    for x, packed in pairs:
+        onednn._matmul(x, packed)
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--rows", default="1,8,32,64", help="decode batch sizes")
+    p.add_argument("--context", type=int, default=64, help="cached positions per row (prompt + tokens so far)")
+    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--threads", type=int, default=0)
+    p.add_argument("--profile-rows", type=int, default=8, help="rows of the profiled step (0: none)")
+    args = p.parse_args()
+    if args.threads:
+        torch.set_num_threads(args.threads)
+
+    from transformers import DynamicCache
+
+    from rlpost import onednn
+    from rlpost.app import compose
+    from rlpost.build import build_run
+    from rlpost.models import load_model
+
+    run = build_run(compose([]))
+    model = load_model(run.model).eval()
+    config = model.config
+    head_dim = getattr(config, "head_dim", None) or config.hidden_size // config.num_attention_heads
+    kv_per_position = 4 * 2 * config.num_hidden_layers * config.num_key_value_heads * head_dim
+    weight_bytes = 4 * sum(p.numel() for p in model.parameters())
+    linears = [m.weight for m in model.modules() if isinstance(m, torch.nn.Linear)]
+    if model.lm_head.weight is model.model.embed_tokens.weight:  # tied: the head is a linear over it
+        linears = [w for w in linears if w is not model.lm_head.weight] + [model.lm_head.weight]
+    bandwidth = memory_bandwidth_gbs(args.threads)
+    print(
+        f"SmolLM2-135M fp32: {weight_bytes / 1e6:.0f} MB of weights, {kv_per_position / 1e3:.1f} kB of KV cache per "
+        f"cached position; copy bandwidth {bandwidth:.1f} GB/s; {torch.get_num_threads()} threads; "
+        f"context {args.context}\n"
+    )
+    print(
+        "| rows | bound ms | step ms (aten) | step ms (oneDNN packed) | linears only ms (oneDNN) | read weights ms "
+        "| % of bound: step (oneDNN) | linears only | read weights | tok/s at the step (oneDNN) |\n"
+        "|---|---|---|---|---|---|---|---|---|---|"
+    )
+    read_s = best_of(lambda: [w.sum() for w in model.parameters()], args.reps)
+    for rows in (int(r) for r in args.rows.split(",")):
+        ids = torch.randint(0, config.vocab_size, (rows, args.context))
+        with torch.no_grad():
+            cache = DynamicCache()
+            model(input_ids=ids, past_key_values=cache, logits_to_keep=1)
+        token = ids[:, -1:]
+        position = torch.full((rows, 1), args.context)
+        mask = torch.ones(rows, args.context + 1, dtype=torch.long)
+
+        step = partial(decode_step, model, token, mask, position, cache)
+        aten_s = best_of(step, args.reps)
+        onednn.use_onednn_linears(model)
+        x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in linears}
+        try:
+            with onednn.packed_weights(model, rows):
+                onednn_s = best_of(step, args.reps)
+            packed = [torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) for w in linears]  # as in generation
+            linear_s = best_of(partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps)
+        finally:
+            for module in model.modules():
+                module.__dict__.pop("forward", None)
+        bound = (weight_bytes + rows * args.context * kv_per_position) / (bandwidth * 1e9)
+        print(
+            f"| {rows} | {1e3 * bound:.1f} | {1e3 * aten_s:.1f} | {1e3 * onednn_s:.1f} | {1e3 * linear_s:.1f} | "
+            f"{1e3 * read_s:.1f} | {100 * bound / onednn_s:.0f}% | {100 * bound / linear_s:.0f}% | "
+            f"{100 * bound / read_s:.0f}% | {rows / onednn_s:.0f} |",
+            flush=True,
+        )
+        if rows == args.profile_rows:
+            onednn.use_onednn_linears(model)
+            try:
+                with onednn.packed_weights(model, rows), torch.profiler.profile() as prof:
+                    for _ in range(5):
+                        step()
+            finally:
+                for module in model.modules():
+                    module.__dict__.pop("forward", None)
+            profile = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
+    if args.profile_rows:
+        print(f"\nTop operators of 5 decode steps at {args.profile_rows} rows (oneDNN packed):\n\n```\n{profile}\n```")
+
+
+if __name__ == "__main__":
+    with torch.inference_mode():
+        main()
