@@ -6,14 +6,15 @@ embedding lookup reads only its rows) and each row's KV cache: ``bytes = 4 * par
 ``harness.memory_bandwidth_gbs``) that takes ``bytes / bandwidth``: no decode step can be faster. This
 script measures, for SmolLM2-135M in fp32 with ``rows`` rows at a context of ``--context`` positions:
 
-- ``step``: one single-token forward with the KV cache (``logits_to_keep=1``), PyTorch's linears and
-  rlpost's (oneDNN, weights packed once: rlpost/onednn.py), median of ``--reps``;
+- ``step``: a decode loop of ``--steps`` single-token forwards (``logits_to_keep=1``) after a prefill of
+  ``--context`` positions, the KV cache growing as in generation, per step; PyTorch's linears and
+  rlpost's (oneDNN, weights packed once: rlpost/onednn.py), median of ``--reps`` loops;
 - ``linears only``: the same step's matrix products alone (every ``nn.Linear`` and the head on a
   ``[rows, K]`` input, back to back): the floor the kernels set at this row count;
 - ``read weights``: summing every weight tensor (a pure read of the same bytes, no arithmetic to speak of);
 - ``bound``: ``bytes / bandwidth``, and the fraction of it each of the above reaches.
 
-Then the top operators of one profiled step. Rows vary (1, 8, 32, 64): the weight bytes are read once per
+Then the top operators of one profiled decode loop. Rows vary (1, 8, 32, 64): the weight bytes are read once per
 step whatever the row count, so more rows per decode step (across prompts) is what moves a step toward
 the bound per generated token.
 
@@ -46,11 +47,23 @@ def best_of(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def decode_step(model, token, mask, position, cache) -> None:
-    """One single-token forward over the cached context, then the cache cropped back (the next call
-    sees the same context)."""
-    model(input_ids=token, attention_mask=mask, position_ids=position, past_key_values=cache, logits_to_keep=1)
-    cache.crop(-1)
+def decode_loop(model, ids: torch.Tensor, steps: int, reps: int) -> float:
+    """Median seconds per decode step over ``reps`` loops of ``steps`` single-token forwards, each loop
+    after a fresh (untimed) prefill of ``ids [rows, context]``: the KV cache grows as in generation."""
+    from transformers import DynamicCache
+
+    rows, context = ids.shape
+    token = ids[:, -1:]
+    times = []
+    for _ in range(reps + 1):  # the first loop warms up
+        cache = DynamicCache()
+        model(input_ids=ids, past_key_values=cache, logits_to_keep=1)
+        t = time.perf_counter()
+        for k in range(steps):
+            position = torch.full((rows, 1), context + k)
+            model(input_ids=token, position_ids=position, past_key_values=cache, logits_to_keep=1)
+        times.append((time.perf_counter() - t) / steps)
+    return statistics.median(times[1:])
 
 
 def products(pairs) -> None:
@@ -64,15 +77,14 @@ def products(pairs) -> None:
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default="1,8,32,64", help="decode batch sizes")
-    p.add_argument("--context", type=int, default=64, help="cached positions per row (prompt + tokens so far)")
-    p.add_argument("--reps", type=int, default=20)
+    p.add_argument("--context", type=int, default=48, help="prompt positions per row (the default prompts: ~45)")
+    p.add_argument("--reps", type=int, default=5, help="timed decode loops per setting")
+    p.add_argument("--steps", type=int, default=32, help="decode steps per loop")
     p.add_argument("--threads", type=int, default=0)
     p.add_argument("--profile-rows", type=int, default=8, help="rows of the profiled step (0: none)")
     args = p.parse_args()
     if args.threads:
         torch.set_num_threads(args.threads)
-
-    from transformers import DynamicCache
 
     from rlpost import onednn
     from rlpost.app import compose
@@ -102,26 +114,19 @@ def main() -> None:
     read_s = best_of(lambda: [w.sum() for w in model.parameters()], args.reps)
     for rows in (int(r) for r in args.rows.split(",")):
         ids = torch.randint(0, config.vocab_size, (rows, args.context))
-        with torch.no_grad():
-            cache = DynamicCache()
-            model(input_ids=ids, past_key_values=cache, logits_to_keep=1)
-        token = ids[:, -1:]
-        position = torch.full((rows, 1), args.context)
-        mask = torch.ones(rows, args.context + 1, dtype=torch.long)
-
-        step = partial(decode_step, model, token, mask, position, cache)
-        aten_s = best_of(step, args.reps)
+        aten_s = decode_loop(model, ids, args.steps, args.reps)
         onednn.use_onednn_linears(model)
         x = {w.shape[1]: torch.randn(rows, w.shape[1]) for w in linears}
         try:
             with onednn.packed_weights(model, rows):
-                onednn_s = best_of(step, args.reps)
+                onednn_s = decode_loop(model, ids, args.steps, args.reps)
             packed = [torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) for w in linears]  # as in generation
             linear_s = best_of(partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps)
         finally:
             for module in model.modules():
                 module.__dict__.pop("forward", None)
-        bound = (weight_bytes + rows * args.context * kv_per_position) / (bandwidth * 1e9)
+        context = args.context + args.steps / 2  # mean cached positions over the loop
+        bound = (weight_bytes + rows * context * kv_per_position) / (bandwidth * 1e9)
         print(
             f"| {rows} | {1e3 * bound:.1f} | {1e3 * aten_s:.1f} | {1e3 * onednn_s:.1f} | {1e3 * linear_s:.1f} | "
             f"{1e3 * read_s:.1f} | {100 * bound / onednn_s:.0f}% | {100 * bound / linear_s:.0f}% | "
@@ -132,14 +137,15 @@ def main() -> None:
             onednn.use_onednn_linears(model)
             try:
                 with onednn.packed_weights(model, rows), torch.profiler.profile() as prof:
-                    for _ in range(5):
-                        step()
+                    decode_loop(model, ids, args.steps, 1)
             finally:
                 for module in model.modules():
                     module.__dict__.pop("forward", None)
             profile = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     if args.profile_rows:
-        print(f"\nTop operators of 5 decode steps at {args.profile_rows} rows (oneDNN packed):\n\n```\n{profile}\n```")
+        print(
+            f"\nTop operators of 2 decode loops ({args.steps} steps each) at {args.profile_rows} rows (oneDNN packed):\n\n```\n{profile}\n```"
+        )
 
 
 if __name__ == "__main__":
