@@ -5,7 +5,7 @@ time (two torch processes on 2 cores slow each other several-fold), into ``runs/
 a finished run (its summary.json exists) is not run again. Then one markdown table per pair is
 printed and written to ``bench/METHODS.md``: held-out accuracy before/after and, per metric, the
 mean over the first and the second half of the steps (the trajectory the paper says should move);
-the per-step curves of each pair go to ``runs/methods/<pair>-<steps>.png``. The pairs: ``bench/method_pairs.py``.
+the per-step curves of each pair go to ``runs/methods/<pair>-<steps>.png``. The pairs: ``bench/method_pairs.py`` (by family).
 
     python bench/method_experiments.py [--only or,tp] [--steps 8]
 """
