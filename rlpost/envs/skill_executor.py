@@ -25,7 +25,8 @@ the "compact model"), greedy, loaded once per process (rlpost/model_options.py `
 with data/env=frozen_worker); the executor sees only the document and one task (no examples: the document
 is the whole skill); a document longer than ``max_doc_chars`` is cut there (the executor reads the start); a
 held-in task whose gold answer the document states as a whole token counts as failed (``forbid_answer``: the
-policy never sees the held-in tasks, so this matters for a revision after a critic that saw them); the critic
+policy never sees the held-in tasks, so this matters for a revision after a critic that saw them); a document
+cut off at the token cap is executed as written so far and ends the episode (``reads_cut_turns``); the critic
 is rlpost's text writer (rlpost/rewards/rubric_writer.py ``build_writer``: a local model or an
 OpenAI-compatible endpoint), asked for 2-3 sentences without the answers; a failed critic call leaves the
 score-only message. Logged per episode (``env/<key>``, ``eval/env/<key>``): ``executor_success`` (the last
@@ -117,6 +118,10 @@ class SkillExecutor(Environment):
     METRICS: ClassVar[tuple[str, ...]] = (
         "executor_success", "first_success", "no_skill_success", "skill_gain", "doc_chars", "leaked",
     )  # fmt: skip
+
+    # a document cut off at the token cap is still a document: the executor reads its start, as it does past
+    # max_doc_chars (without this a 135M policy that rambles to the cap scores 0 whatever its document says)
+    reads_cut_turns = True
 
     def __init__(self, cfg: SkillExecutorConfig):
         super().__init__(cfg)

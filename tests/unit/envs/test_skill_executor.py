@@ -132,6 +132,19 @@ def test_the_real_executor_answers_once_loaded():
     assert again.solve("Add the two numbers.") == step.info["executor_replies"]  # greedy: deterministic
 
 
+def test_a_document_cut_off_at_the_token_cap_is_still_executed_and_ends_the_episode():
+    tok = load_tokenizer(ModelConfig(name="tiny-random"))
+    env = RuleExecutor(build_env({**TINY, "max_turns": 2}).cfg)
+
+    def policy(prompt_ids, rows):  # no end-of-turn token: the document hit the generation cap
+        return [tok.encode("Add the ones, then carry the ten, and then", add_special_tokens=False)], None
+
+    (r,) = run_episodes(env, [ROW], [0], ChatRenderer(tok), policy, {tok.eos_token_id})
+    # the executor read it ("carry": 3 of 4 solved) -> reward 3/4; no revision after a cut-off turn
+    assert r.ended == "truncated" and r.episode.turns == 1 and r.turn_rewards == [0.75]
+    assert r.infos[0]["executor_success"] == 0.75
+
+
 def test_families_cycle_and_hold_distinct_tasks():
     rows = skill_family_rows(0, 12, examples=2, pool=5)
     assert sorted(r["family"] for r in rows[:6]) == sorted(FAMILIES)  # every family once per cycle
