@@ -151,7 +151,8 @@ def trl_suite(args, length: int | None = None, per_step: int | None = None, temp
     extra, trl = TRL_EQUIVALENT[args.algorithm]
     overrides = [f"algorithm={args.algorithm}", *batch(args, length=length, per_step=per_step), *extra, *template]
     return [
-        *({"label": label, "trainer": "TRL", "overrides": overrides, "trl": {**trl, **settings}}
+        *({"label": label, "trainer": "TRL", "overrides": overrides, "trl": {**trl, **settings},
+           "base": None if label == "TRL" else "TRL"}
           for label, settings in TRL_VARIANTS.items() if label in args.trl_variants),
         {"label": "rlpost, TRL's computation", "trainer": "rlpost", "overrides": [*overrides, *SAME_AS_TRL],
          "base": "TRL"},
