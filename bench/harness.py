@@ -171,12 +171,14 @@ def cli_run(
     import sys
     from pathlib import Path
 
-    out = Path(tempfile.mkdtemp(prefix="rlpost-bench-cli-"))
-    overrides = [f"model={model}", f"hardware={hardware}", f"train.steps={steps}", *BASE, *extra,
-                 *variant["overrides"], "logging.plots=false", "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={out}"]  # fmt: skip
     env = {**os.environ, **({"OMP_NUM_THREADS": str(threads)} if threads else {})}
-    subprocess.run([sys.executable, "-m", "rlpost.cli", "train", *overrides], check=True, env=env)
-    logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    with tempfile.TemporaryDirectory(prefix="rlpost-bench-cli-") as tmp:  # the run's model is not kept
+        out = Path(tmp)
+        overrides = [f"model={model}", f"hardware={hardware}", f"train.steps={steps}", *BASE, *extra,
+                     *variant["overrides"], "logging.plots=false", "eval.at_start=false", "eval.at_end=false",
+                     f"hydra.run.dir={out}"]  # fmt: skip
+        subprocess.run([sys.executable, "-m", "rlpost.cli", "train", *overrides], check=True, env=env)
+        logs = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
     return {"steps": [{"step_s": log["step_time"]} for log in logs if "step_time" in log], "cli": True}
 
 
