@@ -18,7 +18,7 @@ Then the top operators of one profiled decode loop. Rows vary (1, 8, 32, 64): th
 step whatever the row count, so more rows per decode step (across prompts) is what moves a step toward
 the bound per generated token.
 
-Usage: .venv/bin/python bench/decode_bound.py [--rows 1,8,32,64] [--context 64] [--reps 20]
+Usage: .venv/bin/python bench/decode_bound.py [--rows 1,8,32,64] [--context 48] [--steps 32] [--reps 5]
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from harness import memory_bandwidth_gbs  # noqa: E402
 
 
-def best_of(fn, reps: int) -> float:
+def median_time(fn, reps: int) -> float:
     """Median seconds of ``reps`` calls after one warm-up call."""
     fn()
     times = []
@@ -111,7 +111,7 @@ def main() -> None:
         "| % of bound: step (oneDNN) | linears only | read weights | tok/s at the step (oneDNN) |\n"
         "|---|---|---|---|---|---|---|---|---|---|"
     )
-    read_s = best_of(lambda: [w.sum() for w in model.parameters()], args.reps)
+    read_s = median_time(lambda: [w.sum() for w in model.parameters()], args.reps)
     for rows in (int(r) for r in args.rows.split(",")):
         ids = torch.randint(0, config.vocab_size, (rows, args.context))
         aten_s = decode_loop(model, ids, args.steps, args.reps)
@@ -121,7 +121,9 @@ def main() -> None:
             with onednn.packed_weights(model, rows):
                 onednn_s = decode_loop(model, ids, args.steps, args.reps)
             packed = [torch.ops.mkldnn._reorder_linear_weight(w.detach(), rows) for w in linears]  # as in generation
-            linear_s = best_of(partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps)
+            linear_s = median_time(
+                partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps
+            )
         finally:
             for module in model.modules():
                 module.__dict__.pop("forward", None)
