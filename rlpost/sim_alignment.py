@@ -23,6 +23,13 @@ Choices where the abstract is silent: alignment is SFT (maximum likelihood on th
 fit of a generator to logs; full fine-tuning of the frozen simulator's weights (a 135M model trains in minutes on a
 CPU), AdamW, a fixed number of steps over shuffled examples; the aligned simulator is saved as a model folder that
 ``data.env.user_model=hf data.env.user_overrides={path: <folder>}`` loads.
+
+The same fit on the other side of the logs (``side=assistant``: ``policy_examples``) is a warm start for a policy
+too weak to act at all: SFT on the logged *assistant* turns, in the context the environment shows the policy (its
+system prompt, the dialogue so far). Its gap replaces ``slot_match`` with ``act_match``: the share of assistant
+turns where the greedy reply does what the logged turn does (asks where it asks; books exactly the logged slots
+where it books). This is not the method's RL: it gives the policy a first ``BOOK:`` line to be rewarded for,
+after which it trains on its own histories against the simulator. Not in the abstract; the choice is ours.
 """
 
 from __future__ import annotations
@@ -61,6 +68,19 @@ def examples(dialogue: dict[str, Any], user_prompt: str) -> list[Example]:
     return out
 
 
+def policy_examples(dialogue: dict[str, Any], system: str) -> list[Example]:
+    """The assistant turns of a logged dialogue, each with the policy's context as the simulated-user environment
+    shows it: its system prompt, then the dialogue so far (the policy's own lines are ``assistant``)."""
+    goal = {k: str(dialogue[k]) for k in SLOT_KEYS}
+    head = {"role": "system", "content": system}
+    turns = dialogue["turns"]
+    return [
+        Example([head, *(dict(t) for t in turns[:i])], turn["content"], goal)
+        for i, turn in enumerate(turns)
+        if turn["role"] == "assistant" and i > 0
+    ]
+
+
 def encode(tokenizer: Any, example: Example) -> tuple[list[int], list[int]]:
     """(context ids ending with the assistant header, target ids + the end-of-turn token)."""
     context = tokenizer.apply_chat_template(example.messages, add_generation_prompt=True, tokenize=True)
@@ -97,8 +117,32 @@ def revealed(text: str, goal: dict[str, str]) -> frozenset[str]:
     return frozenset(k for k, v in goal.items() if re.search(rf"\b{re.escape(v)}\b", text, re.I))
 
 
-def gap(model: Any, tokenizer: Any, held_out: list[Example], batch_size: int, max_new_tokens: int) -> dict[str, float]:
-    """nll, slot_match and length_ratio of the simulator on held-out logged user turns (module docstring)."""
+def booking(text: str) -> tuple[str, ...] | None:
+    """The slots of a ``BOOK: <city>, <day>, <class>`` line, normalized as the environment compares them, or None
+    for a turn that does not book (a question)."""
+    from rlpost.envs.simulated_user import normalize
+
+    found = re.search(r"BOOK:\s*(.+)", text)
+    return tuple(normalize(s) for s in found.group(1).split(",")) if found else None
+
+
+def same_slots(reply: str, example: Example) -> bool:
+    """The user side: the reply reveals exactly the goal slots the logged user turn reveals."""
+    return revealed(reply, example.goal) == revealed(example.target, example.goal)
+
+
+def same_act(reply: str, example: Example) -> bool:
+    """The assistant side: the reply books exactly what the logged turn books, or asks where the logged turn asks."""
+    return booking(reply) == booking(example.target)
+
+
+MATCH = {"user": ("slot_match", same_slots), "assistant": ("act_match", same_act)}  # side -> (metric, test)
+
+
+def gap(
+    model: Any, tokenizer: Any, held_out: list[Example], batch_size: int, max_new_tokens: int, side: str = "user"
+) -> dict[str, float]:
+    """nll, the side's match (slot_match or act_match) and length_ratio on held-out logged turns (module docstring)."""
     from rlpost.model_options import generate_reply
 
     model.eval()
@@ -109,9 +153,10 @@ def gap(model: Any, tokenizer: Any, held_out: list[Example], batch_size: int, ma
             total, n = target_nll(model, *batch_tensors(pairs, tokenizer.pad_token_id))
             nll, count = nll + float(total), count + n
     replies = [generate_reply(model, tokenizer, e.messages, max_new_tokens) for e in held_out]
-    match = sum(revealed(r, e.goal) == revealed(e.target, e.goal) for r, e in zip(replies, held_out))
+    name, same = MATCH[side]
+    match = sum(same(r, e) for r, e in zip(replies, held_out))
     words = sum(len(r.split()) for r in replies) / max(sum(len(e.target.split()) for e in held_out), 1)
-    return {"nll": nll / max(count, 1), "slot_match": match / max(len(held_out), 1), "length_ratio": words}
+    return {"nll": nll / max(count, 1), name: match / max(len(held_out), 1), "length_ratio": words}
 
 
 def align(model: Any, tokenizer: Any, train: list[Example], steps: int, lr: float, batch_size: int, seed: int,

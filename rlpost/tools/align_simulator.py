@@ -3,6 +3,8 @@ after (calibrated interactive RL, seed 004 #5; the method: rlpost/sim_alignment.
 
     rlpost align-simulator out=runs/simulator                    # SmolLM2 on the bundled booking dialogues
     rlpost train recipe=calibrated_irl data.env.user_overrides.path=runs/simulator/model
+    rlpost align-simulator out=runs/policy side=assistant         # a policy warm start on the assistant turns
+    rlpost train recipe=calibrated_irl model=hf model.path=runs/policy/model
 
 Writes ``<out>/model`` (the aligned simulator: safetensors and tokenizer, for ``data.env.user_model=hf``) and
 ``<out>/alignment.json`` (the gap before and after, the losses). ``out`` must not exist yet; everything is written
@@ -14,7 +16,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from rlpost.app import launch, tool
 from rlpost.errors import ConfigError
@@ -29,7 +31,10 @@ USER = (
 @dataclass(frozen=True)
 class AlignSettings:
     out: str | None = None  # the output folder (required; must not exist): model/ and alignment.json
-    user_model: str = "smollm2-135m"  # a conf/model option: the simulator to align
+    side: Literal["user", "assistant"] = "user"  # fit the simulator (user turns) or warm-start the policy (assistant)
+    user_model: str = (
+        "smollm2-135m"  # a conf/model option: the model to fit (the simulator; side=assistant: the policy)
+    )
     user_overrides: dict[str, Any] = field(default_factory=dict)  # its ModelConfig fields
     user_prompt: str = USER  # the simulator's persona, formatted with the dialogue's goal_* columns
     dialogues: str = "recipes/data/booking_dialogues.jsonl"  # logged dialogues to fit
@@ -56,9 +61,18 @@ def read_dialogues(path: str, key: str) -> list[dict]:
     return rows
 
 
+def side_examples(s: AlignSettings, logged: list[dict]) -> list:
+    """The examples of ``s.side``: the user turns in the simulator's context, or the assistant turns in the policy's."""
+    from rlpost.envs.simulated_user import SYSTEM
+    from rlpost.sim_alignment import examples, policy_examples
+
+    if s.side == "user":
+        return [e for d in logged for e in examples(d, s.user_prompt)]
+    return [e for d in logged for e in policy_examples(d, SYSTEM)]
+
+
 def check(s: AlignSettings, overrides: list[str]) -> AlignSettings:
     from rlpost.model_options import named_model_config
-    from rlpost.sim_alignment import examples
 
     if not s.out:
         raise ConfigError("out is required: rlpost align-simulator out=<new folder>.")
@@ -67,7 +81,7 @@ def check(s: AlignSettings, overrides: list[str]) -> AlignSettings:
     named_model_config(s.user_model, s.user_overrides, "user_model", "user_overrides")
     for path, key in ((s.dialogues, "dialogues"), (s.eval_dialogues, "eval_dialogues")):
         try:
-            [examples(d, s.user_prompt) for d in read_dialogues(path, key)]
+            side_examples(s, read_dialogues(path, key))
         except KeyError as err:
             raise ConfigError(f"{key}: a dialogue lacks the column {err} that user_prompt uses") from None
     return s
@@ -81,30 +95,32 @@ def run(s: AlignSettings, output_dir: str, overrides: list[str]) -> int:
     from rlpost.model_options import named_model_config
     from rlpost.models import load_model, load_tokenizer
     from rlpost.rundir import write_atomic
-    from rlpost.sim_alignment import align, examples, gap
+    from rlpost.sim_alignment import MATCH, align, gap
 
     config = named_model_config(s.user_model, s.user_overrides, "user_model", "user_overrides")
     model, tokenizer = load_model(config), load_tokenizer(config)
-    train = [e for d in read_dialogues(s.dialogues, "dialogues") for e in examples(d, s.user_prompt)]
-    held_out = [e for d in read_dialogues(s.eval_dialogues, "eval_dialogues") for e in examples(d, s.user_prompt)]
-    before = gap(model, tokenizer, held_out, s.batch_size, s.max_new_tokens)
+    train = side_examples(s, read_dialogues(s.dialogues, "dialogues"))
+    held_out = side_examples(s, read_dialogues(s.eval_dialogues, "eval_dialogues"))
+    before = gap(model, tokenizer, held_out, s.batch_size, s.max_new_tokens, s.side)
+    what = "aligning the simulator" if s.side == "user" else "warm-starting the policy"
     with Progress(transient=True) as progress:
-        task = progress.add_task("aligning the simulator", total=s.steps)
+        task = progress.add_task(what, total=s.steps)
         losses = align(model, tokenizer, train, s.steps, s.learning_rate, s.batch_size, s.seed,
-                       lambda loss: progress.update(task, advance=1, description=f"aligning (loss {loss:.3f})"))  # fmt: skip
-    after = gap(model, tokenizer, held_out, s.batch_size, s.max_new_tokens)
+                       lambda loss: progress.update(task, advance=1, description=f"{what} (loss {loss:.3f})"))  # fmt: skip
+    after = gap(model, tokenizer, held_out, s.batch_size, s.max_new_tokens, s.side)
     out = Path(s.out or "").expanduser()
     tmp = out.with_name(f".{out.name}.{os.getpid()}.tmp")
     model.save_pretrained(tmp / "model", safe_serialization=True)
     tokenizer.save_pretrained(tmp / "model")
-    report = {"before": before, "after": after, "losses": losses, "train_turns": len(train),
+    report = {"side": s.side, "before": before, "after": after, "losses": losses, "train_turns": len(train),
               "held_out_turns": len(held_out), "settings": {k: str(v) for k, v in vars(s).items()}}  # fmt: skip
     write_atomic(tmp / "alignment.json", json.dumps(report, indent=2))
     os.replace(tmp, out)
-    print(f"{'gap on held-out user turns':<28} {'before':>8} {'after':>8}")
-    for key in ("nll", "slot_match", "length_ratio"):
-        print(f"{key:<28} {before[key]:>8.3f} {after[key]:>8.3f}")
-    print(f"{len(train)} logged user turns, {s.steps} steps; aligned simulator: {out / 'model'}")
+    print(f"{f'gap on held-out {s.side} turns':<33} {'before':>8} {'after':>8}")
+    for key in ("nll", MATCH[s.side][0], "length_ratio"):
+        print(f"{key:<33} {before[key]:>8.3f} {after[key]:>8.3f}")
+    fitted = "aligned simulator" if s.side == "user" else "warm-started policy"
+    print(f"{len(train)} logged {s.side} turns, {s.steps} steps; {fitted}: {out / 'model'}")
     return 0
 
 
