@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import math
+import textwrap
 from dataclasses import dataclass, replace
 from itertools import combinations
 from pathlib import Path
@@ -239,7 +240,11 @@ def plot(methods: list[Method], keys: list[str], x_axis: str, out_file: Path) ->
     panels = [(k, lines) for k, lines in panels if any(c[0] for _, c in lines)]
     if not panels:
         return None
-    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6), squeeze=False)
+    # the legend goes under the panels, one method per line: labels are override lists, often wider than a panel
+    names = [textwrap.fill(m.label, 100, subsequent_indent="    ") for m in methods]
+    legend_lines = sum(n.count("\n") + 1 for n in names)
+    legend_h = 0.17 * legend_lines + 0.2  # inches at fontsize 7
+    fig, axes = plt.subplots(1, len(panels), figsize=(5 * len(panels), 3.6 + legend_h), squeeze=False)
     for ax, (key, lines) in zip(axes[0], panels):
         for label, (x, mean, low, high) in lines:
             if x:
@@ -248,8 +253,10 @@ def plot(methods: list[Method], keys: list[str], x_axis: str, out_file: Path) ->
         ax.set_title(key)
         labels = {"step": "optimizer step", "tokens": "tokens (TRL num_tokens)", "flops": "model FLOPs (train_flops)"}
         ax.set_xlabel({**labels, "seconds": "seconds"}[x_axis])
-    axes[0][0].legend(fontsize=7)
-    fig.tight_layout()
+    handles, labels = axes[0][0].get_legend_handles_labels()  # the first panel holds every method with data
+    wrapped = dict(zip((m.label for m in methods), names))
+    fig.legend(handles, [wrapped[label] for label in labels], loc="lower left", fontsize=7, frameon=False)
+    fig.tight_layout(rect=(0, legend_h / (3.6 + legend_h), 1, 1))
     return save_figure(fig, out_file)
 
 
