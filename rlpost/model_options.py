@@ -25,13 +25,15 @@ def named_model_config(name: str, overrides: dict[str, Any] | None, where: str, 
     from omegaconf import OmegaConf
 
     from rlpost.models import ModelConfig
-    from rlpost.schema import build_config
+    from rlpost.schema import build_config, check_paths
 
     choices = sorted(p.stem for p in MODEL_CONF.glob("*.yaml"))
     if name not in choices:
         raise ConfigError(f"{where}={name!r} is not a model config; choices: {', '.join(choices)}.")
     node = {**OmegaConf.to_container(OmegaConf.load(MODEL_CONF / f"{name}.yaml")), **(overrides or {})}
-    return build_config(ModelConfig, node, overrides_where)
+    config = build_config(ModelConfig, node, overrides_where)
+    check_paths(config, overrides_where)  # a local folder exists and holds a model, before any model loads
+    return config
 
 
 def load_frozen(config, trainer):

@@ -139,6 +139,11 @@ CASES = [
     ("data-path-required", ["train", "data=jsonl"], ["Missing required value data.path", "data.path=<value>"]),
     ("model-path-required", ["train", "model=hf"], ["Missing required value model.path", "model.path=<value>"]),
     ("missing-model-folder", ["train", "model=hf", "model.path=/nope/model"], ["model.path='/nope/model'", "no such"]),
+    (  # a frozen second model (here the simulated user) is checked like the policy, not when it first loads
+        "missing-simulator-folder",
+        ["train", "recipe=calibrated_irl", "data.env.user_overrides.path=/nope/simulator"],
+        ["data.env.user_overrides.path='/nope/simulator'", "no such folder"],
+    ),
     # override syntax
     ("malformed-no-equal", ["train", "train.steps"], ["Error parsing override 'train.steps'"]),
     ("malformed-bracket", ["train", "train.steps=[1"], ["Malformed override 'train.steps=[1'"]),
