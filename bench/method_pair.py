@@ -10,6 +10,8 @@ QWEN_JUDGE = "reward.terms.0.params.judge.model.source=qwen2_5_coder"  # a judge
 FULL_IFEVAL = "eval.sets=[{name: ifeval, data: ifeval, reward: ifeval, size: 541, max_new_tokens: 160}]"
 # the held-out headlines scored by the trading table, for runs trained on any reward (FinSMART's pair)
 MARKET_SET = "eval.sets=[{name: market, data: market_news, reward: outcome_table, correct_threshold: 0.5}]"
+# GRPO's batch as the method recipes run it (2 prompts x 4): recipe=default samples 2 x 8 since 2026-12-05
+GRPO_2X4 = ["train.num_generations=4", "train.completions_per_step=8"]
 ACRL_BAND = ["algorithm.correction.band_low=5e-3", "algorithm.correction.band_high=2e-2"]
 
 
@@ -26,5 +28,5 @@ class Pair:
 
 
 def batch_overrides(steps: int) -> list[str]:
-    """The basic_arithmetic batch most pairs share: 16 completions per step, 50 held-out prompts."""
-    return ["train.completions_per_step=16", "eval.size=50", f"train.steps={steps}"]
+    """The basic_arithmetic batch most pairs share: 4 prompts x 4 completions per step, 50 held-out prompts."""
+    return ["train.num_generations=4", "train.completions_per_step=16", "eval.size=50", f"train.steps={steps}"]

@@ -3,7 +3,7 @@ search, simulator, critic, bandit, frozen worker."""
 
 from __future__ import annotations
 
-from method_pair import Pair, batch_overrides
+from method_pair import GRPO_2X4, Pair, batch_overrides
 
 
 def pairs(steps: int) -> list[Pair]:
@@ -128,7 +128,7 @@ def pairs(steps: int) -> list[Pair]:
             "ICRL (seed 004 #23): the policy critiques its own attempt and refines it (2 critiques + 2 refinements per "
             "group of 6) vs GRPO (4 per group), the same 2 prompts per step; held-out accuracy without critique",
             ["recipe=icrl", "eval.size=50", f"train.steps={steps}"],
-            ["recipe=default", "eval.size=50", f"train.steps={steps}"],
+            ["recipe=default", *GRPO_2X4, "eval.size=50", f"train.steps={steps}"],
             [
                 "reward",
                 "rlpost/self_critique/attempt_reward_mean",
@@ -178,7 +178,7 @@ def pairs(steps: int) -> list[Pair]:
             "HindSearch (seed 000 #12): critique-guided retries distilled into the plain-prompt policy (out of the "
             "GRPO group) vs GRPO, basic_arithmetic, SmolLM2 critique writer",
             ["recipe=hindsearch", f"train.steps={steps}"],
-            ["recipe=default", f"train.steps={steps}"],
+            ["recipe=default", *GRPO_2X4, f"train.steps={steps}"],
             [
                 "rlpost/reward",
                 "rlpost/rollout/hindsight_critique/failed_frac",
