@@ -32,9 +32,7 @@ USER = (
 class AlignSettings:
     out: str | None = None  # the output folder (required; must not exist): model/ and alignment.json
     side: Literal["user", "assistant"] = "user"  # fit the simulator (user turns) or warm-start the policy (assistant)
-    user_model: str = (
-        "smollm2-135m"  # a conf/model option: the model to fit (the simulator; side=assistant: the policy)
-    )
+    user_model: str = "smollm2-135m"  # conf/model option to fit: the simulator (side=assistant: the policy)
     user_overrides: dict[str, Any] = field(default_factory=dict)  # its ModelConfig fields
     user_prompt: str = USER  # the simulator's persona, formatted with the dialogue's goal_* columns
     dialogues: str = "recipes/data/booking_dialogues.jsonl"  # logged dialogues to fit
