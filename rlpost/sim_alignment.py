@@ -120,10 +120,10 @@ def revealed(text: str, goal: dict[str, str]) -> frozenset[str]:
 def booking(text: str) -> tuple[str, ...] | None:
     """The slots of a ``BOOK: <city>, <day>, <class>`` line, normalized as the environment compares them, or None
     for a turn that does not book (a question)."""
-    from rlpost.envs.simulated_user import normalize
+    from rlpost.envs.simulated_user import booked_slots
 
-    found = re.search(r"BOOK:\s*(.+)", text)
-    return tuple(normalize(s) for s in found.group(1).split(",")) if found else None
+    slots = booked_slots(text)
+    return None if slots is None else tuple(slots)
 
 
 def same_slots(reply: str, example: Example) -> bool:

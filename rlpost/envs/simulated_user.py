@@ -70,6 +70,12 @@ def normalize(value: str) -> str:
     return re.sub(r"\s+class$", "", value.strip().lower().rstrip(".")).strip()
 
 
+def booked_slots(text: str) -> list[str] | None:
+    """The normalized slots of a ``BOOK: <city>, <day>, <class>`` line, or None for a turn that does not book."""
+    found = re.search(r"BOOK:\s*(.+)", text)
+    return [normalize(slot) for slot in found.group(1).split(",")] if found else None
+
+
 @ENVS.register("simulated_user")
 class SimulatedUser(Environment):
     """A frozen model plays a user with a hidden goal; the policy asks, then books; reward: the goal was met."""
@@ -112,9 +118,8 @@ class SimulatedUser(Environment):
 
     def step(self, message: str) -> StepResult:
         self.dialogue.append(("assistant", message))
-        booking = re.search(r"BOOK:\s*(.+)", message)
-        if booking:
-            slots = [normalize(s) for s in booking.group(1).split(",")]
+        slots = booked_slots(message)
+        if slots is not None:
             right = [a == normalize(b) for a, b in zip(slots, self.goal)] if len(slots) == len(self.goal) else []
             share = sum(right) / len(self.goal)
             reward = share if self.cfg.reward == "fraction" else float(share == 1.0)
