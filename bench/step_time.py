@@ -75,7 +75,7 @@ FASTEST_TRL = "fastest TRL"
 LONG_SHAPES = [(256, 8), (1024, 4)]  # (max new tokens, completions per step), G = 4
 STEP_BY_STEP = ["data.template='{question} Think step by step, then give the final answer.'"]
 # rlpost doing exactly TRL's computation: TRL's log-prob head, every row prefilled, PyTorch's matmuls
-SAME_AS_TRL = ["train.logprob_head=trl", "train.shared_prefix=false", "train.cpu_matmul=aten"]
+SAME_AS_TRL = ["train.logprob_head=trl", "train.shared_prefix=false", "train.cpu_matmul=aten", "train.kv_cache=dynamic"]
 AIR_BASE = ["data=air_intents", "reward=choice_or_text", "algorithm/regularizers=[]"]  # 16 completions/step:
 COMPONENTS = [  # (label, overrides, label of the variant it is compared with)
     ("grpo", [], None),

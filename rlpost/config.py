@@ -36,6 +36,8 @@ class TrainSettings:
     # tokens per vocabulary projection of the compact head (memory: chunk x vocab floats)
     logprob_chunk: Annotated[int, Range(ge=1)] = 1024
     shared_prefix: bool = True  # each distinct prompt runs once per batch: generation prefill and compact-head forward
+    # rollout generation's KV cache: preallocated buffers (rlpost/kv_cache.py) or HF's, grown by concatenation
+    kv_cache: Literal["preallocated", "dynamic"] = "preallocated"
     packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
     # longest packed row: its dense attention costs ~L / (6 d_model) more FLOPs
     packing_max_tokens: Annotated[int, Range(ge=1)] = 1024

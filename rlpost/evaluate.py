@@ -19,15 +19,18 @@ sample (None/NaN) counts as incorrect for pass@k and maj@k and is skipped in mea
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 import torch
 from rich.progress import Progress
 
+from rlpost import onednn
 from rlpost.correctness import Correctness
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+from rlpost.kv_cache import preallocated_generation
 from rlpost.rewards.group import extract_answer
 
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
@@ -160,6 +163,15 @@ def _episodes(model, tokenizer, env: Environment, rows: list[dict], first: int, 
     return run_episodes(env, rows, seeds, ChatRenderer(tokenizer), turns, stop_ids)
 
 
+@contextmanager
+def fast_generation(model, rows: int) -> Iterator[None]:
+    """Held-out generation as fast as the rollouts': the preallocated KV cache (rlpost/kv_cache.py) and,
+    where the trainer routed the linears through oneDNN, their weights packed once for ``rows``-row
+    inputs (rlpost/onednn.py; a no-op on a model it did not route). The tokens do not change."""
+    with onednn.packed_weights(model, rows), preallocated_generation(model):
+        yield
+
+
 def _generate_ids(
     model, tokenizer, prompt_ids: list[list[int]], max_new_tokens: int, greedy: bool, temperature: float
 ) -> list[list[int]]:
@@ -172,10 +184,11 @@ def _generate_ids(
         ids[i, width - len(p) :] = torch.tensor(p)
         mask[i, width - len(p) :] = 1
     sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature}
-    out = model.generate(
-        input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
-        pad_token_id=pad, **sampling,
-    )  # fmt: skip
+    with fast_generation(model, ids.size(0)):
+        out = model.generate(
+            input_ids=ids.to(model.device), attention_mask=mask.to(model.device), max_new_tokens=max_new_tokens,
+            pad_token_id=pad, **sampling,
+        )  # fmt: skip
     completions = []
     for row in out[:, width:].tolist():
         cut = next((i + 1 for i, t in enumerate(row) if t == tokenizer.eos_token_id), len(row))
@@ -341,9 +354,11 @@ def _generate(
     enc = tokenizer(prompts, return_tensors="pt", padding=True, add_special_tokens=False).to(model.device)
     tokenizer.padding_side = side
     sampling = {"do_sample": False} if greedy else {"do_sample": True, "temperature": temperature, "top_p": top_p}
-    out = model.generate(
-        **enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, num_return_sequences=n, **sampling
-    )
+    with fast_generation(model, enc["input_ids"].size(0) * n):
+        out = model.generate(
+            **enc, max_new_tokens=max_new_tokens, pad_token_id=tokenizer.pad_token_id, num_return_sequences=n,
+            **sampling,
+        )  # fmt: skip
     new = out[:, enc["input_ids"].size(1) :]
     eos = tokenizer.eos_token_id
     lengths = [int(((row != eos).cumprod(0)).sum().item()) + int((row == eos).any().item()) for row in new]

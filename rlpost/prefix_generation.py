@@ -22,6 +22,8 @@ from contextlib import contextmanager
 import torch
 from transformers import DynamicCache
 
+from rlpost.kv_cache import plain_sampling
+
 
 def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``ids [B, S]`` with equal ids and mask: the distinct rows ``[D, 2S]`` (ids, then mask)
@@ -29,9 +31,12 @@ def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, 
     return torch.unique(torch.cat([ids, mask.to(ids.dtype)], dim=1), dim=0, return_inverse=True)
 
 
-def shared_prefix_cache(model, input_ids: torch.Tensor, attention_mask: torch.Tensor) -> DynamicCache | None:
+def shared_prefix_cache(
+    model, input_ids: torch.Tensor, attention_mask: torch.Tensor, cache: DynamicCache | None = None
+) -> DynamicCache | None:
     """KV cache of ``input_ids [B, S]`` but its last column, computed once per distinct prompt row and
-    expanded to the B rows; None when no two rows share a prompt (nothing to save) or S < 2."""
+    expanded to the B rows, in ``cache`` (empty) or a new ``DynamicCache``; None when no two rows share a
+    prompt (nothing to save) or S < 2."""
     if input_ids.size(1) < 2:
         return None
     distinct, inverse = prompt_groups(input_ids, attention_mask)
@@ -40,7 +45,7 @@ def shared_prefix_cache(model, input_ids: torch.Tensor, attention_mask: torch.Te
     width = input_ids.size(1)
     ids, mask = distinct[:, : width - 1], distinct[:, width:-1]
     positions = (mask.cumsum(-1) - 1).clamp(min=0)  # HF's prefill positions for left padding
-    cache = DynamicCache()
+    cache = DynamicCache() if cache is None else cache
     model(input_ids=ids, attention_mask=mask, position_ids=positions, cache=cache, use_cache=True, logits_to_keep=1)
     cache.reorder_cache(inverse)  # [distinct, ...] -> [B, ...]
     return cache
@@ -48,24 +53,13 @@ def shared_prefix_cache(model, input_ids: torch.Tensor, attention_mask: torch.Te
 
 def generate_with_shared_prefix(model, generate, input_ids=None, attention_mask=None, **kwargs):
     """``generate(input_ids=..., attention_mask=..., **kwargs)`` continuing from the shared prompt cache
-    when it applies (see the module docstring), else ``generate`` unchanged."""
-    config = kwargs.get("generation_config") or model.generation_config
-
-    def setting(name):  # a generate() keyword overrides the generation config; unset (None) is HF's default
-        return kwargs.get(name, getattr(config, name, None))
-
-    applies = (
-        input_ids is not None
-        and attention_mask is not None
-        and kwargs.get("cache") is None
-        and kwargs.get("past_key_values") is None
-        and not any(torch.is_tensor(v) for v in kwargs.values())  # pixel values and other model inputs
-        and (setting("num_beams") or 1) == 1
-        and (setting("num_return_sequences") or 1) == 1
-        and setting("cache_implementation") is None
-        and not model.config.is_encoder_decoder
+    when it applies (see the module docstring), else ``generate`` unchanged. An empty ``cache`` passed in
+    (``rlpost/kv_cache.py``'s preallocated one) is the one the shared prefill fills."""
+    given = kwargs.get("cache")
+    applies = (given is None or given.get_seq_length() == 0) and plain_sampling(
+        model, kwargs, input_ids, attention_mask
     )
-    cache = shared_prefix_cache(model, input_ids, attention_mask) if applies else None
+    cache = shared_prefix_cache(model, input_ids, attention_mask, given) if applies else None
     if cache is not None:
         kwargs["cache"] = cache
     return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)

@@ -19,11 +19,12 @@ from __future__ import annotations
 
 import copy
 from collections.abc import Callable
-from contextlib import nullcontext
+from contextlib import ExitStack
 
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
+from rlpost.kv_cache import preallocated_generation
 from rlpost.model_options import load_frozen
 from rlpost.prefix_generation import shared_prefix_generation
 
@@ -55,7 +56,12 @@ def sample(model, prompt_ids: list[list[int]], trainer) -> list[list[int]]:
     for i, ids in enumerate(prompt_ids):
         input_ids[i, width - len(ids) :] = torch.tensor(ids, device=device)
         attention_mask[i, width - len(ids) :] = 1
-    with shared_prefix_generation(model) if trainer.run.settings.train.shared_prefix else nullcontext():
+    train = trainer.run.settings.train
+    with ExitStack() as stack:  # the preallocated cache last: the shared prefill fills it
+        if train.shared_prefix:
+            stack.enter_context(shared_prefix_generation(model))
+        if train.kv_cache == "preallocated":
+            stack.enter_context(preallocated_generation(model))
         out = model.generate(
             input_ids=input_ids, attention_mask=attention_mask, generation_config=trainer.generation_config
         )

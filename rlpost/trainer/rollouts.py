@@ -19,6 +19,7 @@ from contextlib import ExitStack
 import torch
 
 from rlpost import onednn
+from rlpost.kv_cache import preallocated_generation
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
 from rlpost.trainer.seam_base import SeamBase
@@ -69,13 +70,16 @@ class RolloutSeams(SeamBase):
 
     def _generation_context(self, rows: int) -> ExitStack:
         """TRL's transformers generation (not vLLM) with ``train.shared_prefix`` (each distinct prompt
-        prefilled once) and, with oneDNN linears, their weights packed once for the whole call."""
+        prefilled once), ``train.kv_cache=preallocated`` (entered last: the shared prefill fills its cache)
+        and, with oneDNN linears, their weights packed once for the whole call."""
         stack = ExitStack()
         if self.use_vllm:
             return stack
         policy = self.accelerator.unwrap_model(self.model)
         if self.run.settings.train.shared_prefix and not self._is_vlm:
             stack.enter_context(shared_prefix_generation(policy))
+        if self.run.settings.train.kv_cache == "preallocated":
+            stack.enter_context(preallocated_generation(policy))
         if getattr(self, "_onednn", False):
             stack.enter_context(onednn.packed_weights(policy, rows))
         return stack
