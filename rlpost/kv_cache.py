@@ -118,7 +118,10 @@ class PreallocatedCache(DynamicCache):
 def plain_sampling(model, kwargs: dict, input_ids, attention_mask) -> bool:
     """A ``generate`` call of a decoder-only model on ids and a mask, one sequence per row, HF's own cache
     type and no legacy ``past_key_values``: the calls the preallocated and the shared-prefix caches apply to
-    (each checks the ``cache`` argument itself)."""
+    (each checks the ``cache`` argument itself). A model that is not a transformers one (no
+    ``generation_config``, e.g. a composition of policies with its own ``generate``) is left alone."""
+    if getattr(model, "generation_config", None) is None or getattr(model, "config", None) is None:
+        return False
     config = kwargs.get("generation_config") or model.generation_config
 
     def setting(name):  # a generate() keyword overrides the generation config; unset (None) is HF's default
@@ -149,13 +152,10 @@ def generation_capacity(model, kwargs: dict, input_ids: torch.Tensor) -> int | N
 def generate_with_preallocated_cache(model, generate, input_ids=None, attention_mask=None, **kwargs):
     """``generate(...)`` with an empty ``PreallocatedCache`` sized for the call when it applies (see the module
     docstring), else ``generate`` unchanged."""
-    capacity = generation_capacity(model, kwargs, input_ids) if input_ids is not None else None
-    if (
-        capacity is not None
-        and kwargs.get("cache") is None
-        and plain_sampling(model, kwargs, input_ids, attention_mask)
-    ):
-        kwargs["cache"] = PreallocatedCache(capacity)
+    if kwargs.get("cache") is None and plain_sampling(model, kwargs, input_ids, attention_mask):
+        capacity = generation_capacity(model, kwargs, input_ids)
+        if capacity is not None:
+            kwargs["cache"] = PreallocatedCache(capacity)
     return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 

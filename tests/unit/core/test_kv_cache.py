@@ -127,6 +127,19 @@ def test_leaves_beam_search_and_a_given_cache_alone():
     assert seen == [None, given]
 
 
+def test_leaves_a_model_without_a_generation_config_alone():
+    """A policy composition (rlpost/prism.py) has its own generate and no generation_config: no cache is passed."""
+
+    class Composed(torch.nn.Module):
+        def generate(self, **kw):
+            return kw
+
+    ids, mask = _batch()
+    model = Composed()
+    out = generate_with_preallocated_cache(model, model.generate, input_ids=ids, attention_mask=mask, max_new_tokens=2)
+    assert "cache" not in out
+
+
 def test_trainer_generation_samples_the_same_with_either_cache(tmp_path, monkeypatch):
     """TRL's generation inside the trainer (shared prefix on): kv_cache=preallocated and dynamic give the
     same completions under the same seed, only the first builds a PreallocatedCache, and the generate
