@@ -160,13 +160,13 @@ def generate_with_preallocated_cache(model, generate, input_ids=None, attention_
 
 
 @contextmanager
-def preallocated_generation(model):
-    """Within the block, ``model.generate`` caches keys and values in preallocated buffers (an instance
-    attribute over the class's method, removed on exit). Entered after ``shared_prefix_generation``, whose
-    prefill then fills this cache."""
-    own = model.__dict__.get("generate")  # an instance-level generate set by someone else stays
+def wrapped_generate(model, wrapper):
+    """Within the block, ``model.generate(*args, **kwargs)`` is ``wrapper(model, generate, *args, **kwargs)``
+    with ``generate`` the one it replaced (an instance attribute over the class's method, removed on exit;
+    an instance-level generate set by someone else is restored)."""
+    own = model.__dict__.get("generate")
     plain = model.generate
-    model.generate = lambda *args, **kwargs: generate_with_preallocated_cache(model, plain, *args, **kwargs)
+    model.generate = lambda *args, **kwargs: wrapper(model, plain, *args, **kwargs)
     try:
         yield model
     finally:
@@ -174,3 +174,9 @@ def preallocated_generation(model):
             del model.generate
         else:
             model.generate = own
+
+
+def preallocated_generation(model):
+    """Within the block, ``model.generate`` caches keys and values in preallocated buffers. Entered after
+    ``shared_prefix_generation``, whose prefill then fills this cache."""
+    return wrapped_generate(model, generate_with_preallocated_cache)

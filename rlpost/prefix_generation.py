@@ -17,12 +17,10 @@ of ``distinct x (S - 1)`` instead of ``B x S`` tokens (B = 8, G = 4, 45-token pr
 
 from __future__ import annotations
 
-from contextlib import contextmanager
-
 import torch
 from transformers import DynamicCache
 
-from rlpost.kv_cache import plain_sampling
+from rlpost.kv_cache import plain_sampling, wrapped_generate
 
 
 def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -65,17 +63,6 @@ def generate_with_shared_prefix(model, generate, input_ids=None, attention_mask=
     return generate(input_ids=input_ids, attention_mask=attention_mask, **kwargs)
 
 
-@contextmanager
 def shared_prefix_generation(model):
-    """Within the block, ``model.generate`` prefills each distinct prompt once (an instance attribute
-    over the class's method, removed on exit)."""
-    own = model.__dict__.get("generate")  # an instance-level generate set by someone else stays
-    plain = model.generate
-    model.generate = lambda *args, **kwargs: generate_with_shared_prefix(model, plain, *args, **kwargs)
-    try:
-        yield model
-    finally:
-        if own is None:
-            del model.generate
-        else:
-            model.generate = own
+    """Within the block, ``model.generate`` prefills each distinct prompt once."""
+    return wrapped_generate(model, generate_with_shared_prefix)
