@@ -80,3 +80,15 @@ def train_rlpost(run, out: Path, **kwargs) -> RLPostTrainer:
 
 def step_logs(trainer) -> list[dict]:
     return [log for log in trainer.state.log_history if "loss" in log and "grad_norm" in log]
+
+
+def grouped_prompts():
+    """Two prompts x G=3, left-padded to 7 tokens (the second prompt is 5 long): ids, mask [6, 7]."""
+    import torch
+
+    torch.manual_seed(0)
+    long, short = torch.randint(3, 1000, (7,)), torch.randint(3, 1000, (5,))
+    ids = torch.stack([long] * 3 + [torch.cat([torch.zeros(2, dtype=torch.long), short])] * 3)
+    mask = torch.ones_like(ids)
+    mask[3:, :2] = 0
+    return ids, mask

@@ -11,7 +11,7 @@ from rlpost.kv_cache import PreallocatedCache, PreallocatedLayer, generate_with_
 from rlpost.models import load_model
 from rlpost.prefix_generation import generate_with_shared_prefix
 
-from trainer_utils import make_run, rlpost_trainer
+from trainer_utils import grouped_prompts, make_run, rlpost_trainer
 
 
 def _states(rows: int, new: int, start: float) -> torch.Tensor:
@@ -65,22 +65,12 @@ def test_row_operations_and_crop_match_the_dynamic_layer():
         ours.layers[0].crop(2)
 
 
-def _batch():
-    """Two prompts x G=3, left-padded to 7 tokens (the second prompt is 5 long): ids, mask [6, 7]."""
-    torch.manual_seed(0)
-    long, short = torch.randint(3, 1000, (7,)), torch.randint(3, 1000, (5,))
-    ids = torch.stack([long] * 3 + [torch.cat([torch.zeros(2, dtype=torch.long), short])] * 3)
-    mask = torch.ones_like(ids)
-    mask[3:, :2] = 0
-    return ids, mask
-
-
 @pytest.mark.parametrize("shared_prefix", [False, True])
 def test_same_samples_and_scores_as_the_dynamic_cache(shared_prefix):
     """Sampling with the same seed: the same tokens and bitwise the same scores at every step, with the
     cache filled by HF's prefill or by the shared prefill."""
     model = load_model(make_run([]).model).eval()
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     sample = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6, pad_token_id=0,
                   output_scores=True, return_dict_in_generate=True)  # fmt: skip
     plain = model.generate
@@ -109,7 +99,7 @@ def test_same_samples_and_scores_as_the_dynamic_cache(shared_prefix):
 
 def test_leaves_beam_search_and_a_given_cache_alone():
     model = load_model(make_run([]).model).eval()
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     seen = []
 
     def recording(**kw):
@@ -134,7 +124,7 @@ def test_leaves_a_model_without_a_generation_config_alone():
         def generate(self, **kw):
             return kw
 
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     model = Composed()
     out = generate_with_preallocated_cache(model, model.generate, input_ids=ids, attention_mask=mask, max_new_tokens=2)
     assert "cache" not in out

@@ -7,17 +7,7 @@ import torch
 from rlpost.models import load_model
 from rlpost.prefix_generation import generate_with_shared_prefix, shared_prefix_cache, shared_prefix_generation
 
-from trainer_utils import make_run, rlpost_trainer
-
-
-def _batch():
-    """Two prompts x G=3, left-padded to 7 tokens (the second prompt is 5 long): ids, mask [6, 7]."""
-    torch.manual_seed(0)
-    long, short = torch.randint(3, 1000, (7,)), torch.randint(3, 1000, (5,))
-    ids = torch.stack([long] * 3 + [torch.cat([torch.zeros(2, dtype=torch.long), short])] * 3)
-    mask = torch.ones_like(ids)
-    mask[3:, :2] = 0
-    return ids, mask
+from trainer_utils import grouped_prompts, make_run, rlpost_trainer
 
 
 def _forward_shapes(model):
@@ -32,7 +22,7 @@ def _forward_shapes(model):
 def test_cache_is_the_full_prefill_expanded():
     """The shared cache holds, for every row, the keys/values that row's own prefill of its first S - 1 tokens gives."""
     model = load_model(make_run([]).model).eval()
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     with torch.no_grad():
         cache = shared_prefix_cache(model, ids, mask)
         from transformers import DynamicCache
@@ -55,7 +45,7 @@ def test_same_samples_and_one_prefill_per_distinct_prompt():
     """Sampling with the same seed gives the same tokens and the same scores (to float rounding); the
     forwards show the saving: [2, 6] (distinct prompts, all but the last token), then [6, 1] per token."""
     model = load_model(make_run([]).model).eval()
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     sample = dict(do_sample=True, temperature=1.0, top_k=0, top_p=1.0, max_new_tokens=6, pad_token_id=0,
                   output_scores=True, return_dict_in_generate=True)  # fmt: skip
     shapes, handle = _forward_shapes(model)
@@ -76,7 +66,7 @@ def test_same_samples_and_one_prefill_per_distinct_prompt():
 
 def test_falls_back_when_nothing_is_shared_and_restores_generate():
     model = load_model(make_run([]).model).eval()
-    ids, mask = _batch()
+    ids, mask = grouped_prompts()
     assert shared_prefix_cache(model, ids[[0, 3]], mask[[0, 3]]) is None  # two distinct prompts: nothing to save
     shapes, handle = _forward_shapes(model)
     with torch.no_grad(), shared_prefix_generation(model):
