@@ -183,13 +183,15 @@ def cli_run(
 
 
 def summarize_run(result: dict, warmup: int) -> dict:
-    """Medians over the timed steps (the first ``warmup`` excluded), token sums over time sums; a CLI run
-    (``cli_run``) has its step time only (NaN elsewhere)."""
+    """Over the timed steps (the first ``warmup`` excluded): the mean step and CPU time (a long-completion step
+    takes several times another when its completions hit the cap, so a median would report whichever steps
+    fall in the middle), medians of the components, token sums over time sums; a CLI run (``cli_run``) has
+    its step time only (NaN elsewhere)."""
     import statistics
 
     timed = result["steps"][warmup:]
     if result.get("cli"):
-        return {"step_s": statistics.median(s["step_s"] for s in timed), "cpu_s": float("nan"),
+        return {"step_s": statistics.fmean(s["step_s"] for s in timed), "cpu_s": float("nan"),
                 "gen_tok_s": float("nan"), "score_ms": float("nan"), "loss_ms": float("nan"),
                 "grad_ms": float("nan"), "train_tok_s": float("nan"), "train_gflop_s": float("nan"),
                 "peak_rss_mb": float("nan"), "decode_gb_s": float("nan")}  # fmt: skip
@@ -198,8 +200,8 @@ def summarize_run(result: dict, warmup: int) -> dict:
     tokens = total.get("executed_tokens", total["train_tokens"])
     flops = 6 * result["body_params"] * tokens + 6 * result["head_params"] * total["completion_tokens"]
     return {
-        "step_s": statistics.median(s["step_s"] for s in timed),
-        "cpu_s": statistics.median(s["cpu_s"] for s in timed),
+        "step_s": statistics.fmean(s["step_s"] for s in timed),
+        "cpu_s": statistics.fmean(s["cpu_s"] for s in timed),
         "gen_tok_s": total["gen_tokens"] / max(total["gen_s"], 1e-9),
         "score_ms": statistics.median(1e3 * (s.get("gen_score_s", 0) - s.get("gen_s", 0)) for s in timed),
         "loss_ms": statistics.median(1e3 * (s.get("loss_s", 0) - s.get("logps_s", 0)) for s in timed),
