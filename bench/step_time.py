@@ -24,9 +24,10 @@ Suites (``--suites trl,components,scaling``; each prints a markdown table, all a
 
 Method (bench/harness.py): every run is a fresh subprocess; in each repetition the variants of a suite
 run in a rotated order so drift on a shared machine hits all alike; the first ``--warmup`` steps are
-excluded; a run's s/step is the mean over its timed steps, and per variant the median over repetitions. ``% peak`` is the training phase's useful FLOP/s
-over the best fp32 matmul rate measured at the start with the same thread count, by the faster of
-PyTorch's ``mm`` (MKL) and oneDNN (on AMD CPUs MKL runs its AVX2 path: oneDNN's rate is the machine's).
+excluded; a run's s/step is the mean over its timed steps, and per variant the median over repetitions.
+``% peak`` is the training phase's useful FLOP/s over the best fp32 matmul rate measured at the start with
+the same thread count, by the faster of PyTorch's ``mm`` (MKL) and oneDNN (on AMD CPUs MKL runs its AVX2
+path: oneDNN's rate is the machine's).
 ``% BW`` is decode's rate of memory traffic (every weight once per decode step, plus each row's KV cache)
 over a STREAM-like copy bandwidth measured at the start: the memory-bandwidth bound of decoding.
 
