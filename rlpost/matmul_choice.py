@@ -136,7 +136,7 @@ def measure(
 
 
 def _cache_file() -> Path:
-    from rlpost.models import cache_dir  # where rlpost keeps per-machine files
+    from rlpost.bundled_models import cache_dir  # where rlpost keeps per-machine files
 
     return cache_dir() / "cpu_matmul.json"
 

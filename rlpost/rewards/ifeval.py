@@ -124,7 +124,7 @@ def punkt_root() -> Path:
     import tempfile
 
     from rlpost.benchmarks import read_member
-    from rlpost.models import cache_dir
+    from rlpost.bundled_models import cache_dir
 
     root = cache_dir() / "nltk_data"
     target = root / "tokenizers" / "punkt_tab" / "english"

