@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
+from statistics import median
 
 
 def slope_per_100(points: list[tuple[float, float]]) -> float:
@@ -71,12 +72,6 @@ def summarize(name: str, label: str, rows: list[dict], warmup: int, every: int) 
         "name": name, "label": label, "table": table, "verdict": verdict, "leaks": leaks, "steps": steps,
         "warm": warm, "last": last, "exit": exit_row, "wall_s": last["t"] - begin["t"],
     }  # fmt: skip
-
-
-def median(values: list[float]) -> float:
-    values = sorted(values)
-    mid = len(values) // 2
-    return values[mid] if len(values) % 2 else (values[mid - 1] + values[mid]) / 2
 
 
 def changed(before: list[str], after: list[str]) -> str:
