@@ -114,7 +114,7 @@ def measured_run(
             if getattr(self, "_compact_logprobs", lambda: False)() and self._share_prefix():
                 distinct, _ = prompt_groups(inputs["prompt_ids"], prompt)  # [D, 2P]: ids, then mask
                 prompt_tokens = distinct[:, prompt.size(1) :].sum()
-                if self._packing_tokens():  # packed rows skip each completion's last token (it predicts nothing)
+                if self._packing():  # packed rows skip each completion's last token (it predicts nothing)
                     completion_tokens = completion_tokens - completion.sum(1).gt(0).sum()
             acc["executed_tokens"] += float(prompt_tokens + completion_tokens)
             return super().compute_loss(model, inputs, **kw)

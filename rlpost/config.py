@@ -39,8 +39,10 @@ class TrainSettings:
     # rollout generation's KV cache: preallocated buffers (rlpost/kv_cache.py) or HF's, grown by concatenation
     kv_cache: Literal["preallocated", "dynamic"] = "preallocated"
     packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
-    # longest packed row: its dense attention costs ~L / (6 d_model) more FLOPs
-    packing_max_tokens: Annotated[int, Range(ge=1)] = 1024
+    # longest packed row; longer groups run as padded rows with the shared prefix
+    packing_max_tokens: Annotated[int, Range(ge=1)] = 8192
+    # packed rows at least this long attend segment by segment (rlpost/segment_attention.py), shorter ones by a dense mask
+    packing_segment_min_tokens: Annotated[int, Range(ge=0)] = 320
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
     save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0
     save_total_limit: Annotated[int, Range(ge=1)] = 2

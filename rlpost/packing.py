@@ -15,12 +15,14 @@ completion's first token. Rows are padded to the longest group; a padding slot a
 (no fully masked softmax row, whose NaN would poison the backward).
 
 On the default CPU job (8 completions of up to 32 tokens, 2 prompts of 45) that is ~264 backbone tokens
-instead of ~338 with the shared prefix and 608 padded. Attention runs over the dense [L, L] of a row
-(the mask is applied, not skipped): 12 L^2 d n_layers FLOPs against the matmuls' 6 N L with N ~ 12 d^2
-n_layers, i.e. about L / (6 d) more (SmolLM2, d = 576: 8% at L = 264, 30% at 1024). So a row longer
-than ``train.packing_max_tokens`` falls back to the shared-prefix forward; so does a batch
-whose masks are not left-padded prompts and right-padded completions, or an attention implementation
-that takes no 4D mask (flash, flex).
+instead of ~338 with the shared prefix and 608 padded. Attention: a row shorter than
+``train.packing_segment_min_tokens`` runs through a dense [L, L] block mask (the mask is applied, not
+skipped, so all L^2 pairs are computed); a longer one attends segment by segment, the prompt once and
+each completion over its prompt and itself (rlpost/segment_attention.py), so long completions cost
+about what they cost with the shared prefix and their padding is still not run. A row longer than
+``train.packing_max_tokens`` falls back to the shared-prefix forward; so does a batch whose masks are
+not left-padded prompts and right-padded completions, or an attention implementation that takes no 4D
+mask (flash, flex).
 """
 
 from __future__ import annotations
@@ -30,8 +32,17 @@ from dataclasses import dataclass
 import torch
 
 from rlpost.prefix_generation import prompt_groups
+from rlpost.segment_attention import RowSegments, segment_attention
 
 MASKED_ATTENTION = ("sdpa", "eager")  # implementations that take a custom 4D mask
+
+
+@dataclass(frozen=True)
+class Packing:
+    """How the log-prob forward packs (``train.packing_max_tokens``, ``train.packing_segment_min_tokens``)."""
+
+    max_tokens: int  # longest packed row; a longer group runs as padded rows with the shared prefix
+    segment_min_tokens: int  # rows at least this long attend segment by segment, shorter ones by a dense mask
 
 
 @dataclass
@@ -40,8 +51,26 @@ class PackedBatch:
 
     ids: torch.Tensor  # [D, L] token ids, D = distinct prompts
     positions: torch.Tensor  # [D, L] the column of each token in the padded layout
-    attention: torch.Tensor  # [D, 1, L, L] bool, True = may attend
+    segments: list[RowSegments]  # [D] each row's prompt length and completion runs
     source: torch.Tensor  # [n] flat index into [D * L] of the hidden state predicting each real target
+
+    @property
+    def attention(self) -> torch.Tensor:
+        """[D, 1, L, L] bool, True = may attend: a prompt token the earlier prompt tokens, a run token the
+        prompt and the earlier tokens of its run, a padding slot itself only (no fully masked softmax row,
+        whose NaN would poison the backward)."""
+        length, device = self.ids.size(1), self.ids.device
+        causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
+        visible = torch.zeros(len(self.segments), 1, length, length, dtype=torch.bool, device=device)
+        for d, row in enumerate(self.segments):
+            p = row.prompt
+            visible[d, 0, :p, :p] = causal[:p, :p]
+            for start, end in row.runs:
+                visible[d, 0, start:end, :p] = True
+                visible[d, 0, start:end, start:end] = causal[: end - start, : end - start]
+            pads = torch.arange(row.end, length, device=device)
+            visible[d, 0, pads, pads] = True
+        return visible
 
 
 def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_tokens: int) -> PackedBatch | None:
@@ -60,53 +89,54 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_
     _, group = prompt_groups(ids[:, :prompt_width], prompt_mask)  # [B] group of each row
     lengths = completion_mask.sum(1).tolist()  # real completion tokens per row
 
-    rows, sources = [], {}  # per group: (token ids, positions, segment ids); per batch row: packed indices
+    rows, sources = [], {}  # per group: (token ids, positions, segments); per batch row: packed indices
     for d in range(int(group.max()) + 1):
         members = (group == d).nonzero().flatten().tolist()
         prompt_cols = prompt_mask[members[0]].nonzero().flatten()
-        tokens, cols, segments = [ids[members[0], prompt_cols]], [prompt_cols], [torch.full_like(prompt_cols, -1)]
+        tokens, cols, runs = [ids[members[0], prompt_cols]], [prompt_cols], []
         offset, last_prompt = prompt_cols.numel(), prompt_cols.numel() - 1
         for b in members:
             run = torch.arange(prompt_width, prompt_width + max(lengths[b] - 1, 0), device=ids.device)
             tokens.append(ids[b, run])
             cols.append(run)
-            segments.append(torch.full_like(run, b))
+            if run.numel():
+                runs.append((offset, offset + run.numel()))
             # target k of row b is predicted by the last prompt token (k = 0) or completion token k - 1
             sources[b] = (d, [last_prompt, *range(offset, offset + run.numel())][: lengths[b]])
             offset += run.numel()
-        rows.append((torch.cat(tokens), torch.cat(cols), torch.cat(segments)))
+        rows.append((torch.cat(tokens), torch.cat(cols), RowSegments(prompt_cols.numel(), tuple(runs))))
 
     length = max(r[0].numel() for r in rows)
     if length > max_tokens:
         return None
-    count = len(rows)
-    packed_ids = ids.new_zeros(count, length)
+    packed_ids = ids.new_zeros(len(rows), length)
     positions = torch.zeros_like(packed_ids)
-    segment = torch.full_like(packed_ids, -2)  # -2: padding slot
-    for d, (tokens, cols, segs) in enumerate(rows):
-        n = tokens.numel()
-        packed_ids[d, :n], positions[d, :n], segment[d, :n] = tokens, cols, segs
-    query, key = segment[:, :, None], segment[:, None, :]  # [D, L, 1], [D, 1, L]
-    causal = torch.ones(length, length, dtype=torch.bool, device=ids.device).tril()
-    real = (query != -2) & (key != -2)
-    visible = causal & real & ((key == -1) | (key == query))  # own prompt and own completion, no later token
-    visible |= torch.eye(length, dtype=torch.bool, device=ids.device) & (query == -2)  # a padding slot sees itself
+    for d, (tokens, cols, _) in enumerate(rows):
+        packed_ids[d, : tokens.numel()], positions[d, : tokens.numel()] = tokens, cols
     source = [d * length + i for b in range(ids.size(0)) for d, idx in [sources[b]] for i in idx]
-    return PackedBatch(packed_ids, positions, visible[:, None], torch.tensor(source, device=ids.device))
+    return PackedBatch(packed_ids, positions, [r[2] for r in rows], torch.tensor(source, device=ids.device))
 
 
-def packed_hidden(backbone, packed: PackedBatch, completion_mask: torch.Tensor) -> torch.Tensor:
+def packed_hidden(
+    backbone, packed: PackedBatch, completion_mask: torch.Tensor, segment_min_tokens: int
+) -> torch.Tensor:
     """Hidden states [B, T, H] predicting each completion target (zero where ``completion_mask`` is 0),
-    from one forward of the packed rows."""
-    attention = packed.attention
-    if backbone.config._attn_implementation == "eager":  # additive float mask
-        dtype = backbone.dtype
-        attention = torch.zeros(attention.shape, dtype=dtype, device=attention.device).masked_fill(
-            ~attention, torch.finfo(dtype).min
-        )
-    hidden = backbone(
-        input_ids=packed.ids, attention_mask=attention, position_ids=packed.positions, use_cache=False
-    ).last_hidden_state  # [D, L, H]
+    from one forward of the packed rows: segment by segment from ``segment_min_tokens`` long rows on."""
+    if packed.ids.size(1) >= segment_min_tokens:
+        with segment_attention(backbone.config, packed.segments, packed.ids.device) as placeholder:
+            hidden = backbone(
+                input_ids=packed.ids, attention_mask=placeholder, position_ids=packed.positions, use_cache=False
+            ).last_hidden_state  # [D, L, H]
+    else:
+        attention = packed.attention
+        if backbone.config._attn_implementation == "eager":  # additive float mask
+            dtype = backbone.dtype
+            attention = torch.zeros(attention.shape, dtype=dtype, device=attention.device).masked_fill(
+                ~attention, torch.finfo(dtype).min
+            )
+        hidden = backbone(
+            input_ids=packed.ids, attention_mask=attention, position_ids=packed.positions, use_cache=False
+        ).last_hidden_state  # [D, L, H]
     picked = hidden.reshape(-1, hidden.size(-1)).index_select(0, packed.source)  # [n, H], row-major targets
     full = hidden.new_zeros(*completion_mask.shape, hidden.size(-1))
     return full.masked_scatter(completion_mask.bool()[..., None], picked)

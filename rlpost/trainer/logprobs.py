@@ -28,7 +28,7 @@ from rlpost import onednn
 from rlpost.errors import ConfigError
 from rlpost.logprobs import completion_logprobs
 from rlpost.matmul_choice import MatmulTiming, auto_choice
-from rlpost.packing import MASKED_ATTENTION, pack_groups, packed_hidden
+from rlpost.packing import MASKED_ATTENTION, Packing, pack_groups, packed_hidden
 from rlpost.prefix_generation import prompt_groups
 from rlpost.trainer.seam_base import SeamBase
 
@@ -50,16 +50,17 @@ def compact_head_blocker(model, num_processes: int, deepspeed: bool) -> str | No
 
 
 def backbone_hidden(
-    backbone, ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, share: bool, pack_tokens: int = 0
+    backbone, ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, share: bool, packing: Packing | None = None
 ) -> torch.Tensor:
     """Hidden states [B, T, H] at the positions that predict the last T = ``logits_to_keep`` tokens of
     ``ids [B, S]``; with ``share``, rows with the same prompt (ids and mask of the first S - T tokens)
-    run their prompt once: packed with their completions when ``pack_tokens`` > 0 and the batch packs
-    into rows of at most that many tokens (rlpost/packing.py), else through an expanded KV cache."""
+    run their prompt once: packed with their completions when ``packing`` is given and the batch packs
+    into rows of at most ``packing.max_tokens`` (rlpost/packing.py), else through an expanded KV cache."""
     prompt_len = ids.size(1) - logits_to_keep
-    packed = pack_groups(ids, mask, logits_to_keep, pack_tokens) if share and pack_tokens > 0 else None
-    if packed is not None:
-        return packed_hidden(backbone, packed, mask[:, -logits_to_keep:])
+    if share and packing is not None:
+        packed = pack_groups(ids, mask, logits_to_keep, packing.max_tokens)
+        if packed is not None:
+            return packed_hidden(backbone, packed, mask[:, -logits_to_keep:], packing.segment_min_tokens)
     if share and prompt_len > 0 and logits_to_keep > 1:
         distinct, inverse = prompt_groups(ids[:, :prompt_len], mask[:, :prompt_len])
         if distinct.size(0) < ids.size(0):
@@ -131,11 +132,12 @@ class LogProbSeams(SeamBase):
                 onednn.use_onednn_linears(self.accelerator.unwrap_model(model))
         return True
 
-    def _packing_tokens(self) -> int:
-        """``train.packing_max_tokens`` when ``train.packing`` applies to the policy, else 0."""
+    def _packing(self) -> Packing | None:
+        """How ``train.packing`` packs the policy's forward, or None when it does not apply."""
         train = self.run.settings.train
-        attention = self._base_model().config._attn_implementation
-        return train.packing_max_tokens if train.packing and attention in MASKED_ATTENTION else 0
+        if not (train.packing and self._base_model().config._attn_implementation in MASKED_ATTENTION):
+            return None
+        return Packing(train.packing_max_tokens, train.packing_segment_min_tokens)
 
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
@@ -148,13 +150,13 @@ class LogProbSeams(SeamBase):
         base = self._base_model(model)
         backbone, head = base.base_model, base.get_output_embeddings()
         share = self._share_prefix()
-        pack_tokens = self._packing_tokens() if share else 0
+        packing = self._packing() if share else None
         batch_size = batch_size or input_ids.size(0)
         logps, entropies = [], []
         for start in range(0, input_ids.size(0), batch_size):  # TRL's memory chunking over sequences
             ids, mask = input_ids[start : start + batch_size], attention_mask[start : start + batch_size]
             with self.accelerator.autocast():
-                hidden = backbone_hidden(backbone, ids, mask, logits_to_keep, share, pack_tokens)
+                hidden = backbone_hidden(backbone, ids, mask, logits_to_keep, share, packing)
             lp, ent = completion_logprobs(
                 hidden,
                 head.weight,

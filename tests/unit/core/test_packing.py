@@ -6,7 +6,8 @@ import pytest
 import torch
 
 from rlpost.models import load_model
-from rlpost.packing import pack_groups
+from rlpost.packing import Packing, pack_groups
+from rlpost.segment_attention import RowSegments
 from rlpost.trainer.logprobs import backbone_hidden
 
 from trainer_utils import make_run, rlpost_trainer
@@ -41,30 +42,37 @@ def test_layout_of_the_packed_rows():
     assert see[8].tolist() == [True] * 4 + [False] * 4 + [True, False]  # row 1's first token: prompt + itself
     assert see[7].tolist() == [True] * 8 + [False] * 2  # row 0's last run token: prompt + its own 4
     assert packed.attention[g1, 0, 9].tolist() == [False] * 9 + [True]  # the padding slot sees itself only
+    # the same rows as segments: a prompt, then each completion's run (row 2's empty one has none)
+    assert packed.segments[g0] == RowSegments(prompt=4, runs=((4, 8), (8, 10)))
+    assert packed.segments[g1] == RowSegments(prompt=6, runs=((6, 9),)) and packed.segments[g1].end == 9
     # targets, row-major: row 0 (5), row 1 (3), row 3 (4); each predicted by the token before it
     expected = [g0 * 10 + i for i in (3, 4, 5, 6, 7)] + [g0 * 10 + i for i in (3, 8, 9)]
     expected += [g1 * 10 + i for i in (5, 6, 7, 8)]
     assert packed.source.tolist() == expected
 
 
-def test_packed_forward_equals_the_padded_forward():
-    """Hidden states at every real target and the gradients of every backbone parameter: packed vs padded."""
+@pytest.mark.parametrize("segment_min_tokens", [64, 0], ids=["dense mask", "segment attention"])
+def test_packed_forward_equals_the_padded_forward(segment_min_tokens):
+    """Hidden states at every real target and the gradients of every backbone parameter: packed vs padded,
+    with the rows' attention through one dense block mask and segment by segment."""
     model = load_model(make_run([]).model)
     ids, mask = _batch()
     keep = mask[:, -5:, None]
 
-    def run(share: bool, pack_tokens: int):
+    def run(share: bool, packing: Packing | None):
         model.zero_grad()
-        hidden = backbone_hidden(model.model, ids, mask, 5, share, pack_tokens)  # [4, 5, H]
+        hidden = backbone_hidden(model.model, ids, mask, 5, share, packing)  # [4, 5, H]
         (hidden * keep).pow(2).sum().backward()
         return hidden.detach() * keep, {n: p.grad.clone() for n, p in model.named_parameters() if p.grad is not None}
 
-    (packed, packed_grads), (padded, padded_grads) = run(True, 64), run(False, 0)
+    packing = Packing(max_tokens=64, segment_min_tokens=segment_min_tokens)
+    (packed, packed_grads), (padded, padded_grads) = run(True, packing), run(False, None)
     assert packed.shape == padded.shape == (4, 5, model.config.hidden_size) and packed.abs().sum() > 0
     torch.testing.assert_close(packed, padded, rtol=1e-4, atol=1e-4)
     assert padded_grads.keys() == packed_grads.keys() and len(padded_grads) > 5
     for name, reference in padded_grads.items():
         torch.testing.assert_close(packed_grads[name], reference, rtol=1e-3, atol=1e-4 * reference.abs().max().item())
+    assert model.config._attn_implementation == "sdpa"  # segment attention is set for the call only
 
 
 @pytest.mark.parametrize(
@@ -85,7 +93,7 @@ def test_trainer_packs_by_default_and_refuses_a_bad_limit(tmp_path):
     from rlpost.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
-    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing_tokens() == 1024
-    assert rlpost_trainer(make_run(["train.packing=false"]), tmp_path / "b")._packing_tokens() == 0
+    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing() == Packing(max_tokens=8192, segment_min_tokens=320)
+    assert rlpost_trainer(make_run(["train.packing=false"]), tmp_path / "b")._packing() is None
     with pytest.raises(ConfigError, match="train.packing_max_tokens=0 must be >= 1"):
         check_hardware(make_run(["train.packing_max_tokens=0"]))
