@@ -1,5 +1,6 @@
 """Training forward + backward of one GRPO micro-batch by layout: the shared prefix (padded completions),
-packed rows through a dense block mask, packed rows with segment attention (rlpost/segment_attention.py).
+packing with a row per prompt group under dense block masks, packing into one row with segment attention
+(rlpost/packing.py, rlpost/segment_attention.py).
 
     .venv/bin/python bench/packed_attention.py [--model smollm2-135m|tiny] [--reps 3]
 
@@ -26,14 +27,16 @@ SHAPES = {
     "8 x 32": (45, [30, 32, 28, 31, 25, 32, 30, 29]),
     "8 x 64": (45, [64, 60, 58, 62, 64, 50, 61, 63]),
     "8 x 100": (45, [100, 96, 90, 102, 104, 80, 101, 99]),
+    "8 x 128": (45, [128, 120, 126, 110, 128, 100, 120, 124]),
+    "8 x 256, one long group": (60, [256, 256, 250, 240, 60, 40, 70, 50]),
     "8 x 256, ragged": (60, [120, 256, 90, 80, 150, 60, 140, 110]),
     "8 x 256, long": (60, [256, 190, 230, 140, 256, 180, 200, 178]),
     "4 x 1024": (60, [1024, 36, 100, 258]),
 }
 LAYOUTS = {
     "shared prefix": None,
-    "packed, dense mask": Packing(max_tokens=1 << 20, segment_min_tokens=1 << 20),
-    "packed, segments": Packing(max_tokens=1 << 20, segment_min_tokens=0),
+    "packed: row per group, dense masks": Packing(max_tokens=1 << 20, segment_min_tokens=1 << 20),
+    "packed: one row, segments": Packing(max_tokens=1 << 20, segment_min_tokens=0),
 }
 
 
@@ -65,7 +68,7 @@ def main(argv: list[str] | None = None) -> None:
     if onednn.available():
         onednn.use_onednn_linears(model)
     print(f"{args.model}, {torch.get_num_threads()} threads; seconds per forward + backward, median of {args.reps}\n")
-    print("| batch | packed row tokens | " + " | ".join(LAYOUTS) + " | segments vs dense | max abs diff |")
+    print("| batch | longest group's block | " + " | ".join(LAYOUTS) + " | segments vs dense | max abs diff |")
     print("|---" * (len(LAYOUTS) + 4) + "|")
     for name in args.shapes:
         prompt, lengths = SHAPES[name]
@@ -83,7 +86,7 @@ def main(argv: list[str] | None = None) -> None:
             times[layout], hidden[layout] = statistics.median(runs), out.detach() * keep
         row = max(prompt + sum(n - 1 for n in lengths[g : g + 4]) for g in range(0, len(lengths), 4))
         diff = max((h - hidden["shared prefix"]).abs().max().item() for h in hidden.values())
-        ratio = times["packed, dense mask"] / times["packed, segments"]
+        ratio = times["packed: row per group, dense masks"] / times["packed: one row, segments"]
         cells = " | ".join(f"{t:.2f}" for t in times.values())
         print(f"| {name} | {row} | {cells} | {ratio:.2f}x | {diff:.1e} |", flush=True)
 

@@ -42,7 +42,7 @@ class TrainSettings:
     # longest packed row; longer groups run as padded rows with the shared prefix
     packing_max_tokens: Annotated[int, Range(ge=1)] = 8192
     # packed rows at least this long attend segment by segment (rlpost/segment_attention.py), shorter ones by a dense mask
-    packing_segment_min_tokens: Annotated[int, Range(ge=0)] = 320
+    packing_segment_min_tokens: Annotated[int, Range(ge=0)] = 512
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
     save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0
     save_total_limit: Annotated[int, Range(ge=1)] = 2

@@ -5,24 +5,29 @@ every completion right-padded to T = S - P after its EOS. The padded forward run
 shared-prefix forward (rlpost/trainer/logprobs.py) runs each prompt once but still B x T completion
 tokens. Here each distinct prompt and its completions become one row, with only real tokens:
 
-    row d = [prompt_d | completion_1[:-1] | completion_2[:-1] | ...]     (no pads between them)
+    block d = [prompt_d | completion_1[:-1] | completion_2[:-1] | ...]     (no pads between them)
 
 Every token keeps the position of its column in the padded layout (what the padded forward gives it),
-and a block mask lets it see exactly what it sees there: a prompt token the earlier prompt tokens, a
+and attention lets it see exactly what it sees there: a prompt token the earlier prompt tokens, a
 completion token its own prompt and the earlier tokens of its own completion. The last token of a
 completion is not run (it predicts nothing), the last prompt token's hidden state predicts each
-completion's first token. Rows are padded to the longest group; a padding slot attends to itself only
-(no fully masked softmax row, whose NaN would poison the backward).
+completion's first token.
 
-On the default CPU job (8 completions of up to 32 tokens, 2 prompts of 45) that is ~264 backbone tokens
-instead of ~338 with the shared prefix and 608 padded. Attention: a row shorter than
-``train.packing_segment_min_tokens`` runs through a dense [L, L] block mask (the mask is applied, not
-skipped, so all L^2 pairs are computed); a longer one attends segment by segment, the prompt once and
-each completion over its prompt and itself (rlpost/segment_attention.py), so long completions cost
-about what they cost with the shared prefix and their padding is still not run. A row longer than
-``train.packing_max_tokens`` falls back to the shared-prefix forward; so does a batch whose masks are
-not left-padded prompts and right-padded completions, or an attention implementation that takes no 4D
-mask (flash, flex).
+Two layouts, chosen by the longest block (``train.packing_segment_min_tokens``):
+
+- Short blocks (the default CPU job: 8 completions of up to 32 tokens, 2 prompts of 45, ~264 backbone
+  tokens instead of ~338 with the shared prefix and 608 padded): one row per block, padded to the
+  longest, under a dense [D, 1, L, L] block mask. A padding slot attends to itself only (no fully masked
+  softmax row, whose NaN would poison the backward). The mask is applied, not skipped, so all L^2 pairs
+  are computed, but it is one attention call per layer.
+- Long blocks: every block in one row, back to back, no padding at all, attending segment by segment
+  (rlpost/segment_attention.py: each prompt once, each completion over its prompt and itself). A batch
+  with one long group and one short one then runs its real tokens only, where one row per block would
+  pad the short one to the long one's length.
+
+A block longer than ``train.packing_max_tokens`` makes the batch fall back to the shared-prefix forward;
+so does a batch whose masks are not left-padded prompts and right-padded completions, or an attention
+implementation that takes no 4D mask (flash, flex).
 """
 
 from __future__ import annotations
@@ -32,7 +37,7 @@ from dataclasses import dataclass
 import torch
 
 from rlpost.prefix_generation import prompt_groups
-from rlpost.segment_attention import RowSegments, segment_attention
+from rlpost.segment_attention import Block, Row, row_end, segment_attention
 
 MASKED_ATTENTION = ("sdpa", "eager")  # implementations that take a custom 4D mask
 
@@ -41,8 +46,8 @@ MASKED_ATTENTION = ("sdpa", "eager")  # implementations that take a custom 4D ma
 class Packing:
     """How the log-prob forward packs (``train.packing_max_tokens``, ``train.packing_segment_min_tokens``)."""
 
-    max_tokens: int  # longest packed row; a longer group runs as padded rows with the shared prefix
-    segment_min_tokens: int  # rows at least this long attend segment by segment, shorter ones by a dense mask
+    max_tokens: int  # longest block (a prompt and its completions); a longer one: the shared-prefix forward
+    segment_min_tokens: int  # from this block length on: one row, segment attention; below: dense block masks
 
 
 @dataclass
@@ -51,8 +56,9 @@ class PackedBatch:
 
     ids: torch.Tensor  # [D, L] token ids, D = distinct prompts
     positions: torch.Tensor  # [D, L] the column of each token in the padded layout
-    segments: list[RowSegments]  # [D] each row's prompt length and completion runs
+    segments: list[Row]  # [D] each row's blocks: a prompt's columns, then its completion runs'
     source: torch.Tensor  # [n] flat index into [D * L] of the hidden state predicting each real target
+    segmented: bool  # attend segment by segment (one row) rather than through ``attention``
 
     @property
     def attention(self) -> torch.Tensor:
@@ -63,19 +69,20 @@ class PackedBatch:
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
         visible = torch.zeros(len(self.segments), 1, length, length, dtype=torch.bool, device=device)
         for d, row in enumerate(self.segments):
-            p = row.prompt
-            visible[d, 0, :p, :p] = causal[:p, :p]
-            for start, end in row.runs:
-                visible[d, 0, start:end, :p] = True
-                visible[d, 0, start:end, start:end] = causal[: end - start, : end - start]
-            pads = torch.arange(row.end, length, device=device)
+            for block in row:
+                p0, p1 = block.prompt
+                visible[d, 0, p0:p1, p0:p1] = causal[: p1 - p0, : p1 - p0]
+                for start, end in block.runs:
+                    visible[d, 0, start:end, p0:p1] = True
+                    visible[d, 0, start:end, start:end] = causal[: end - start, : end - start]
+            pads = torch.arange(row_end(row), length, device=device)
             visible[d, 0, pads, pads] = True
         return visible
 
 
-def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_tokens: int) -> PackedBatch | None:
+def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, packing: Packing) -> PackedBatch | None:
     """Pack ``ids [B, S]`` (prompt width ``S - logits_to_keep``) by prompt group; None when it cannot or
-    should not (layout not left-padded prompt + right-padded completion, a row over ``max_tokens``)."""
+    should not (layout not left-padded prompt + right-padded completion, a block over ``max_tokens``)."""
     width = ids.size(1)
     prompt_width = width - logits_to_keep
     if prompt_width < 1 or logits_to_keep < 1:
@@ -89,11 +96,11 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_
     _, group = prompt_groups(ids[:, :prompt_width], prompt_mask)  # [B] group of each row
     lengths = completion_mask.sum(1).tolist()  # real completion tokens per row
 
-    rows, sources = [], {}  # per group: (token ids, positions, segments); per batch row: packed indices
+    blocks = []  # per group: token ids, positions, its Block and its rows' target sources, from column 0
     for d in range(int(group.max()) + 1):
         members = (group == d).nonzero().flatten().tolist()
         prompt_cols = prompt_mask[members[0]].nonzero().flatten()
-        tokens, cols, runs = [ids[members[0], prompt_cols]], [prompt_cols], []
+        tokens, cols, runs, sources = [ids[members[0], prompt_cols]], [prompt_cols], [], {}
         offset, last_prompt = prompt_cols.numel(), prompt_cols.numel() - 1
         for b in members:
             run = torch.arange(prompt_width, prompt_width + max(lengths[b] - 1, 0), device=ids.device)
@@ -102,27 +109,37 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, max_
             if run.numel():
                 runs.append((offset, offset + run.numel()))
             # target k of row b is predicted by the last prompt token (k = 0) or completion token k - 1
-            sources[b] = (d, [last_prompt, *range(offset, offset + run.numel())][: lengths[b]])
+            sources[b] = [last_prompt, *range(offset, offset + run.numel())][: lengths[b]]
             offset += run.numel()
-        rows.append((torch.cat(tokens), torch.cat(cols), RowSegments(prompt_cols.numel(), tuple(runs))))
+        blocks.append((torch.cat(tokens), torch.cat(cols), Block((0, prompt_cols.numel()), tuple(runs)), sources))
 
-    length = max(r[0].numel() for r in rows)
-    if length > max_tokens:
+    longest = max(block[0].numel() for block in blocks)
+    if longest > packing.max_tokens:
         return None
-    packed_ids = ids.new_zeros(len(rows), length)
+    segmented = longest >= packing.segment_min_tokens
+    if segmented:  # every block in one row, back to back
+        starts = [sum(block[0].numel() for block in blocks[:i]) for i in range(len(blocks))]
+        places, count, length = [(0, start) for start in starts], 1, sum(block[0].numel() for block in blocks)
+    else:  # a row per block, padded to the longest
+        places, count, length = [(d, 0) for d in range(len(blocks))], len(blocks), longest
+    packed_ids = ids.new_zeros(count, length)
     positions = torch.zeros_like(packed_ids)
-    for d, (tokens, cols, _) in enumerate(rows):
-        packed_ids[d, : tokens.numel()], positions[d, : tokens.numel()] = tokens, cols
-    source = [d * length + i for b in range(ids.size(0)) for d, idx in [sources[b]] for i in idx]
-    return PackedBatch(packed_ids, positions, [r[2] for r in rows], torch.tensor(source, device=ids.device))
+    rows: list[list[Block]] = [[] for _ in range(count)]
+    source_of: dict[int, list[int]] = {}  # batch row -> flat indices into [count * length]
+    for (tokens, cols, block, sources), (row, start) in zip(blocks, places):
+        packed_ids[row, start : start + tokens.numel()] = tokens
+        positions[row, start : start + tokens.numel()] = cols
+        rows[row].append(block.shifted(start))
+        for b, idx in sources.items():
+            source_of[b] = [row * length + start + i for i in idx]
+    source = torch.tensor([i for b in range(ids.size(0)) for i in source_of[b]], device=ids.device)
+    return PackedBatch(packed_ids, positions, [tuple(row) for row in rows], source, segmented)
 
 
-def packed_hidden(
-    backbone, packed: PackedBatch, completion_mask: torch.Tensor, segment_min_tokens: int
-) -> torch.Tensor:
+def packed_hidden(backbone, packed: PackedBatch, completion_mask: torch.Tensor) -> torch.Tensor:
     """Hidden states [B, T, H] predicting each completion target (zero where ``completion_mask`` is 0),
-    from one forward of the packed rows: segment by segment from ``segment_min_tokens`` long rows on."""
-    if packed.ids.size(1) >= segment_min_tokens:
+    from one forward of the packed rows."""
+    if packed.segmented:
         with segment_attention(backbone.config, packed.segments, packed.ids.device) as placeholder:
             hidden = backbone(
                 input_ids=packed.ids, attention_mask=placeholder, position_ids=packed.positions, use_cache=False

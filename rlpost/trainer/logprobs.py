@@ -55,12 +55,12 @@ def backbone_hidden(
     """Hidden states [B, T, H] at the positions that predict the last T = ``logits_to_keep`` tokens of
     ``ids [B, S]``; with ``share``, rows with the same prompt (ids and mask of the first S - T tokens)
     run their prompt once: packed with their completions when ``packing`` is given and the batch packs
-    into rows of at most ``packing.max_tokens`` (rlpost/packing.py), else through an expanded KV cache."""
+    into blocks of at most ``packing.max_tokens`` (rlpost/packing.py), else through an expanded KV cache."""
     prompt_len = ids.size(1) - logits_to_keep
     if share and packing is not None:
-        packed = pack_groups(ids, mask, logits_to_keep, packing.max_tokens)
+        packed = pack_groups(ids, mask, logits_to_keep, packing)
         if packed is not None:
-            return packed_hidden(backbone, packed, mask[:, -logits_to_keep:], packing.segment_min_tokens)
+            return packed_hidden(backbone, packed, mask[:, -logits_to_keep:])
     if share and prompt_len > 0 and logits_to_keep > 1:
         distinct, inverse = prompt_groups(ids[:, :prompt_len], mask[:, :prompt_len])
         if distinct.size(0) < ids.size(0):

@@ -7,7 +7,7 @@ import torch
 
 from rlpost.models import load_model
 from rlpost.packing import Packing, pack_groups
-from rlpost.segment_attention import RowSegments
+from rlpost.segment_attention import Block, row_end
 from rlpost.trainer.logprobs import backbone_hidden
 
 from trainer_utils import make_run, rlpost_trainer
@@ -31,7 +31,8 @@ def test_layout_of_the_packed_rows():
     """Group 0 = prompt (4 real tokens) + row 0's first 4 + row 1's first 2 completion tokens (row 2 has none);
     group 1 = prompt (6) + row 3's first 3. Positions are padded-layout columns."""
     ids, mask = _batch()
-    packed = pack_groups(ids, mask, 5, max_tokens=64)
+    packed = pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=64))
+    assert not packed.segmented
     group_of_row0 = 0 if packed.ids[0, 0] == ids[0, 2] else 1
     g0, g1 = group_of_row0, 1 - group_of_row0
     assert packed.ids.shape == (2, 10)  # 4 + 4 + 2 = 10; 6 + 3 = 9 (+1 padding slot)
@@ -42,16 +43,33 @@ def test_layout_of_the_packed_rows():
     assert see[8].tolist() == [True] * 4 + [False] * 4 + [True, False]  # row 1's first token: prompt + itself
     assert see[7].tolist() == [True] * 8 + [False] * 2  # row 0's last run token: prompt + its own 4
     assert packed.attention[g1, 0, 9].tolist() == [False] * 9 + [True]  # the padding slot sees itself only
-    # the same rows as segments: a prompt, then each completion's run (row 2's empty one has none)
-    assert packed.segments[g0] == RowSegments(prompt=4, runs=((4, 8), (8, 10)))
-    assert packed.segments[g1] == RowSegments(prompt=6, runs=((6, 9),)) and packed.segments[g1].end == 9
+    # the same rows as blocks: a prompt, then each completion's run (row 2's empty one has none)
+    assert packed.segments[g0] == (Block(prompt=(0, 4), runs=((4, 8), (8, 10))),)
+    assert packed.segments[g1] == (Block(prompt=(0, 6), runs=((6, 9),)),) and packed.segments[g1][0].end == 9
     # targets, row-major: row 0 (5), row 1 (3), row 3 (4); each predicted by the token before it
     expected = [g0 * 10 + i for i in (3, 4, 5, 6, 7)] + [g0 * 10 + i for i in (3, 8, 9)]
     expected += [g1 * 10 + i for i in (5, 6, 7, 8)]
     assert packed.source.tolist() == expected
 
 
-@pytest.mark.parametrize("segment_min_tokens", [64, 0], ids=["dense mask", "segment attention"])
+def test_long_blocks_share_one_row_without_padding():
+    """From ``segment_min_tokens`` on, the two groups' blocks go back to back in one row of 10 + 9 = 19 tokens,
+    in the dense layout's row order, and each target's source moves with its block."""
+    ids, mask = _batch()
+    dense = pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=64))
+    packed = pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=10))
+    assert packed.segmented and packed.ids.shape == (1, 19)
+    split, width = row_end(dense.segments[0]), dense.ids.size(1)  # dense row 0's real tokens come first
+    assert packed.segments == [(dense.segments[0][0], dense.segments[1][0].shifted(split))]
+    assert torch.equal(packed.ids[0], torch.cat([dense.ids[0, :split], dense.ids[1, : 19 - split]]))
+    assert torch.equal(packed.positions[0], torch.cat([dense.positions[0, :split], dense.positions[1, : 19 - split]]))
+    moved = [col if row == 0 else split + col for row, col in (divmod(s, width) for s in dense.source.tolist())]
+    assert packed.source.tolist() == moved
+    see = packed.attention[0, 0]  # the one row's dense mask: the second block sees nothing of the first
+    assert not see[split:, :split].any() and see[split:, split:].diagonal().all()
+
+
+@pytest.mark.parametrize("segment_min_tokens", [64, 0], ids=["dense masks", "one row, segment attention"])
 def test_packed_forward_equals_the_padded_forward(segment_min_tokens):
     """Hidden states at every real target and the gradients of every backbone parameter: packed vs padded,
     with the rows' attention through one dense block mask and segment by segment."""
@@ -85,15 +103,15 @@ def test_packed_forward_equals_the_padded_forward(segment_min_tokens):
 def test_layouts_it_does_not_pack(change, why):
     ids, mask = _batch()
     change(ids, mask)
-    assert pack_groups(ids, mask, 5, max_tokens=64) is None, why
-    assert pack_groups(*_batch(), 5, max_tokens=9) is None  # a group of 10 tokens over the limit
+    assert pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=64)) is None, why
+    assert pack_groups(*_batch(), 5, Packing(max_tokens=9, segment_min_tokens=0)) is None  # a block of 10 > 9
 
 
 def test_trainer_packs_by_default_and_refuses_a_bad_limit(tmp_path):
     from rlpost.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
-    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing() == Packing(max_tokens=8192, segment_min_tokens=320)
+    assert rlpost_trainer(make_run([]), tmp_path / "a")._packing() == Packing(max_tokens=8192, segment_min_tokens=512)
     assert rlpost_trainer(make_run(["train.packing=false"]), tmp_path / "b")._packing() is None
     with pytest.raises(ConfigError, match="train.packing_max_tokens=0 must be >= 1"):
         check_hardware(make_run(["train.packing_max_tokens=0"]))

@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from rlpost.segment_attention import NAME, RowSegments, attention, segment_attention
+from rlpost.segment_attention import NAME, Block, attention, segment_attention
 
 
 class _Attention(torch.nn.Module):
@@ -42,7 +42,7 @@ def test_each_token_attends_to_its_prompt_and_its_own_run():
     a prompt token sees the prompt causally, a run token the prompt and its own run causally, never the other
     run; the padding slot's output is zero."""
     q, k, v = _qkv()
-    row = RowSegments(prompt=2, runs=((2, 4), (4, 5)))
+    row = (Block(prompt=(0, 2), runs=((2, 4), (4, 5))),)
     with segment_attention(LlamaConfig(), [row], q.device):
         out, weights = attention(_Attention(), q, k, v, None, scaling=0.5)  # 0.5 = 1 / sqrt(4)
     assert weights is None and out.shape == (1, 6, 2, 4)
@@ -50,11 +50,26 @@ def test_each_token_attends_to_its_prompt_and_its_own_run():
     def visible(i, j):
         if i < 2:
             return j <= i  # prompt: causal
-        start, end = (2, 4) if i < 4 else (4, 5)
+        start = 2 if i < 4 else 4
         return j < 2 or start <= j <= i  # its prompt, its own run up to itself
 
     torch.testing.assert_close(out[0, :5], _by_hand(q[0], k[0], v[0], visible)[:5], rtol=1e-5, atol=1e-6)
     assert out[0, 5].abs().sum() == 0
+
+
+def test_two_blocks_in_one_row_do_not_see_each_other():
+    """Row = block 1 (prompt 0-1, run 2-3) | block 2 (prompt 4, run 5): block 2's tokens see only block 2."""
+    q, k, v = _qkv()
+    row = (Block(prompt=(0, 2), runs=((2, 4),)), Block(prompt=(4, 5), runs=((5, 6),)))
+    with segment_attention(LlamaConfig(), [row], q.device):
+        out, _ = attention(_Attention(), q, k, v, None, scaling=0.5)
+
+    def visible(i, j):
+        if i < 4:
+            return j <= i  # block 1: its prompt and its one run, causally
+        return 4 <= j <= i  # block 2 starts afresh at column 4
+
+    torch.testing.assert_close(out[0], _by_hand(q[0], k[0], v[0], visible), rtol=1e-5, atol=1e-6)
 
 
 def test_outside_the_context_and_in_other_threads_it_is_sdpa():
@@ -67,7 +82,7 @@ def test_outside_the_context_and_in_other_threads_it_is_sdpa():
     expected, _ = sdpa_attention_forward(_Attention(), q, k, v, causal, scaling=0.5)
     torch.testing.assert_close(attention(_Attention(), q, k, v, causal, scaling=0.5)[0], expected)
     config, seen = LlamaConfig(), {}
-    with segment_attention(config, [RowSegments(prompt=2, runs=((2, 6),))], q.device):
+    with segment_attention(config, [(Block(prompt=(0, 2), runs=((2, 6),)),)], q.device):
         assert config._attn_implementation == NAME
         thread = threading.Thread(
             target=lambda: seen.update(out=attention(_Attention(), q, k, v, causal, scaling=0.5)[0])
@@ -83,7 +98,7 @@ def test_the_config_is_restored_when_the_forward_raises():
     before = config._attn_implementation
     with (
         pytest.raises(RuntimeError, match="boom"),
-        segment_attention(config, [RowSegments(1, ())], torch.device("cpu")),
+        segment_attention(config, [(Block((0, 1), ()),)], torch.device("cpu")),
     ):
         raise RuntimeError("boom")
     assert config._attn_implementation == before
