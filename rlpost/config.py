@@ -39,9 +39,9 @@ class TrainSettings:
     # rollout generation's KV cache: preallocated buffers (rlpost/kv_cache.py) or HF's, grown by concatenation
     kv_cache: Literal["preallocated", "dynamic"] = "preallocated"
     packing: bool = True  # compact head + shared prefix: a prompt and its completions in one row, no padding run
-    # longest packed row; longer groups run as padded rows with the shared prefix
+    # longest block (a prompt and its completions); a batch with a longer one runs with the shared prefix
     packing_max_tokens: Annotated[int, Range(ge=1)] = 8192
-    # packed rows at least this long attend segment by segment (rlpost/segment_attention.py), shorter ones by a dense mask
+    # from this block length on: one row, segment attention (rlpost/segment_attention.py); below: dense masks
     packing_segment_min_tokens: Annotated[int, Range(ge=0)] = 512
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
     save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0

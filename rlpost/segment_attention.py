@@ -9,11 +9,12 @@ once per prompt (causal, p^2 / 2 pairs) and once per run of n tokens over ``[pro
 keys]`` (n (p + n / 2) pairs), so a group of G completions of length n costs about G n (p + n / 2)
 pairs instead of (p + G n)^2, and any number of groups can share one row without padding.
 
-Measured on SmolLM2-135M (fp32, 2 CPU cores, forward and backward of the backbone, 2 groups of 4): at rows
-of about 165 tokens the dense mask is 13% faster (30 layers x 10 small attention calls cost more than
-the pairs they skip), at about 300 tokens the two tie, at 450 the segments are 15% faster and at 875
-14% (bench/RESULTS.md). ``train.packing_segment_min_tokens`` (default 320) picks the segments from that
-row length on.
+Measured on SmolLM2-135M (fp32, 2 CPU cores, forward and backward of the backbone, 2 groups of 4;
+bench/packed_attention.py, bench/RESULTS.md): at blocks of 160-290 tokens a row per block under dense
+masks is 5-10% faster (30 layers x 10 small attention calls cost more than the pairs they skip), at
+~430 the two are within 5%, from ~525 on one row with segments is 10-18% faster, and 2.1x when one
+group is long and the other short (the dense rows pad the short block to the long one's length).
+``train.packing_segment_min_tokens`` (default 512) picks the layout by the longest block.
 
 How it plugs in: the packed forward runs under :func:`segment_attention`, which points the backbone's
 ``config._attn_implementation`` at this module's attention function for the call and gives it the rows'
