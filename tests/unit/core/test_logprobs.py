@@ -115,9 +115,12 @@ def test_shared_prompt_prefix_equals_the_full_forward(tmp_path):
         torch.testing.assert_close(shared_grads[name], reference, rtol=1e-3, atol=1e-4 * reference.abs().max().item())
 
 
-def test_trainer_compact_head_matches_trls(tmp_path):
+@pytest.mark.parametrize("segments", ["512", "0"], ids=["packed under dense masks", "packed into one row, segments"])
+def test_trainer_compact_head_matches_trls(tmp_path, segments):
     """The same policy forward through both heads: equal log-probs, entropies and parameter gradients."""
-    run = make_run(["train.logprob_head=compact", "train.temperature=0.8"])
+    run = make_run(
+        ["train.logprob_head=compact", "train.temperature=0.8", f"train.packing_segment_min_tokens={segments}"]
+    )
     trainer = rlpost_trainer(run, tmp_path)
     assert trainer._compact_logprobs()
     torch.manual_seed(0)
