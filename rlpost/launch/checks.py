@@ -78,7 +78,7 @@ def check_hardware(run: Any) -> None:
         raise ConfigError(f"train.logprob_chunk={train.logprob_chunk} must be >= 1 (tokens per LM-head projection).")
     if train.packing_max_tokens < 1:
         raise ConfigError(
-            f"train.packing_max_tokens={train.packing_max_tokens} must be >= 1 (tokens in a packed row); "
+            f"train.packing_max_tokens={train.packing_max_tokens} must be >= 1 (tokens in a packed block); "
             "to run padded rows set train.packing=false."
         )
     per_machine = hw.num_processes // hw.num_machines
