@@ -3,7 +3,7 @@
 A GRPO micro-batch ``ids [B, S]`` holds every prompt G times, left-padded to the prompt width P, and
 every completion right-padded to T = S - P after its EOS. The padded forward runs B x S tokens; the
 shared-prefix forward (rlpost/trainer/logprobs.py) runs each prompt once but still B x T completion
-tokens. Here each distinct prompt and its completions become one row, with only real tokens:
+tokens. Here each distinct prompt and its completions become one block of real tokens only:
 
     block d = [prompt_d | completion_1[:-1] | completion_2[:-1] | ...]     (no pads between them)
 
@@ -33,6 +33,7 @@ implementation that takes no 4D mask (flash, flex).
 from __future__ import annotations
 
 from dataclasses import dataclass
+from itertools import accumulate
 
 import torch
 
@@ -56,7 +57,7 @@ class PackedBatch:
 
     ids: torch.Tensor  # [D, L] token ids, D = distinct prompts
     positions: torch.Tensor  # [D, L] the column of each token in the padded layout
-    segments: list[Row]  # [D] each row's blocks: a prompt's columns, then its completion runs'
+    rows: list[Row]  # [D] each row's blocks: a prompt's columns, then its completion runs'
     source: torch.Tensor  # [n] flat index into [D * L] of the hidden state predicting each real target
     segmented: bool  # attend segment by segment (one row) rather than through ``attention``
 
@@ -67,8 +68,8 @@ class PackedBatch:
         whose NaN would poison the backward)."""
         length, device = self.ids.size(1), self.ids.device
         causal = torch.ones(length, length, dtype=torch.bool, device=device).tril()
-        visible = torch.zeros(len(self.segments), 1, length, length, dtype=torch.bool, device=device)
-        for d, row in enumerate(self.segments):
+        visible = torch.zeros(len(self.rows), 1, length, length, dtype=torch.bool, device=device)
+        for d, row in enumerate(self.rows):
             for block in row:
                 p0, p1 = block.prompt
                 visible[d, 0, p0:p1, p0:p1] = causal[: p1 - p0, : p1 - p0]
@@ -118,29 +119,29 @@ def pack_groups(ids: torch.Tensor, mask: torch.Tensor, logits_to_keep: int, pack
         return None
     segmented = longest >= packing.segment_min_tokens
     if segmented:  # every block in one row, back to back
-        starts = [sum(block[0].numel() for block in blocks[:i]) for i in range(len(blocks))]
-        places, count, length = [(0, start) for start in starts], 1, sum(block[0].numel() for block in blocks)
+        sizes = [block[0].numel() for block in blocks]
+        places, count, length = [(0, start) for start in accumulate(sizes[:-1], initial=0)], 1, sum(sizes)
     else:  # a row per block, padded to the longest
         places, count, length = [(d, 0) for d in range(len(blocks))], len(blocks), longest
     packed_ids = ids.new_zeros(count, length)
     positions = torch.zeros_like(packed_ids)
-    rows: list[list[Block]] = [[] for _ in range(count)]
+    placed: list[list[Block]] = [[] for _ in range(count)]
     source_of: dict[int, list[int]] = {}  # batch row -> flat indices into [count * length]
     for (tokens, cols, block, sources), (row, start) in zip(blocks, places):
         packed_ids[row, start : start + tokens.numel()] = tokens
         positions[row, start : start + tokens.numel()] = cols
-        rows[row].append(block.shifted(start))
+        placed[row].append(block.shifted(start))
         for b, idx in sources.items():
             source_of[b] = [row * length + start + i for i in idx]
     source = torch.tensor([i for b in range(ids.size(0)) for i in source_of[b]], device=ids.device)
-    return PackedBatch(packed_ids, positions, [tuple(row) for row in rows], source, segmented)
+    return PackedBatch(packed_ids, positions, [tuple(row) for row in placed], source, segmented)
 
 
 def packed_hidden(backbone, packed: PackedBatch, completion_mask: torch.Tensor) -> torch.Tensor:
     """Hidden states [B, T, H] predicting each completion target (zero where ``completion_mask`` is 0),
     from one forward of the packed rows."""
     if packed.segmented:
-        with segment_attention(backbone.config, packed.segments, packed.ids.device) as placeholder:
+        with segment_attention(backbone.config, packed.rows, packed.ids.device) as placeholder:
             hidden = backbone(
                 input_ids=packed.ids, attention_mask=placeholder, position_ids=packed.positions, use_cache=False
             ).last_hidden_state  # [D, L, H]

@@ -44,8 +44,8 @@ def test_layout_of_the_packed_rows():
     assert see[7].tolist() == [True] * 8 + [False] * 2  # row 0's last run token: prompt + its own 4
     assert packed.attention[g1, 0, 9].tolist() == [False] * 9 + [True]  # the padding slot sees itself only
     # the same rows as blocks: a prompt, then each completion's run (row 2's empty one has none)
-    assert packed.segments[g0] == (Block(prompt=(0, 4), runs=((4, 8), (8, 10))),)
-    assert packed.segments[g1] == (Block(prompt=(0, 6), runs=((6, 9),)),) and packed.segments[g1][0].end == 9
+    assert packed.rows[g0] == (Block(prompt=(0, 4), runs=((4, 8), (8, 10))),)
+    assert packed.rows[g1] == (Block(prompt=(0, 6), runs=((6, 9),)),) and packed.rows[g1][0].end == 9
     # targets, row-major: row 0 (5), row 1 (3), row 3 (4); each predicted by the token before it
     expected = [g0 * 10 + i for i in (3, 4, 5, 6, 7)] + [g0 * 10 + i for i in (3, 8, 9)]
     expected += [g1 * 10 + i for i in (5, 6, 7, 8)]
@@ -59,8 +59,8 @@ def test_long_blocks_share_one_row_without_padding():
     dense = pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=64))
     packed = pack_groups(ids, mask, 5, Packing(max_tokens=64, segment_min_tokens=10))
     assert packed.segmented and packed.ids.shape == (1, 19)
-    split, width = row_end(dense.segments[0]), dense.ids.size(1)  # dense row 0's real tokens come first
-    assert packed.segments == [(dense.segments[0][0], dense.segments[1][0].shifted(split))]
+    split, width = row_end(dense.rows[0]), dense.ids.size(1)  # dense row 0's real tokens come first
+    assert packed.rows == [(dense.rows[0][0], dense.rows[1][0].shifted(split))]
     assert torch.equal(packed.ids[0], torch.cat([dense.ids[0, :split], dense.ids[1, : 19 - split]]))
     assert torch.equal(packed.positions[0], torch.cat([dense.positions[0, :split], dense.positions[1, : 19 - split]]))
     moved = [col if row == 0 else split + col for row, col in (divmod(s, width) for s in dense.source.tolist())]
