@@ -22,7 +22,8 @@ from rlpost import onednn
 from rlpost.packing import Packing
 from rlpost.trainer.logprobs import backbone_hidden
 
-# name -> (prompt tokens, completion lengths; rows of 4 share a prompt)
+GROUP = 4  # completions per prompt: each run of GROUP rows shares a prompt
+# name -> (prompt tokens, completion lengths)
 SHAPES = {
     "8 x 32": (45, [30, 32, 28, 31, 25, 32, 30, 29]),
     "8 x 64": (45, [64, 60, 58, 62, 64, 50, 61, 63]),
@@ -40,13 +41,13 @@ LAYOUTS = {
 }
 
 
-def batch(prompt: int, lengths: list[int], group: int = 4) -> tuple[torch.Tensor, torch.Tensor, int]:
-    """ids, mask [B, prompt + T]: left-aligned prompts shared by each ``group`` rows, right-padded completions."""
+def batch(prompt: int, lengths: list[int]) -> tuple[torch.Tensor, torch.Tensor, int]:
+    """ids, mask [B, prompt + T]: left-aligned prompts shared by each GROUP rows, right-padded completions."""
     width = max(lengths)
     ids = torch.randint(100, 40000, (len(lengths), prompt + width))
     mask = torch.zeros_like(ids)
     for b, n in enumerate(lengths):
-        ids[b, :prompt] = ids[b - b % group, :prompt]
+        ids[b, :prompt] = ids[b - b % GROUP, :prompt]
         mask[b, : prompt + n] = 1
     return ids, mask, width
 
@@ -84,11 +85,11 @@ def main(argv: list[str] | None = None) -> None:
                 (out * keep).square().mean().backward()
                 runs.append(time.perf_counter() - start)
             times[layout], hidden[layout] = statistics.median(runs), out.detach() * keep
-        row = max(prompt + sum(n - 1 for n in lengths[g : g + 4]) for g in range(0, len(lengths), 4))
+        block = max(prompt + sum(n - 1 for n in lengths[g : g + GROUP]) for g in range(0, len(lengths), GROUP))
         diff = max((h - hidden["shared prefix"]).abs().max().item() for h in hidden.values())
         ratio = times["packed: row per group, dense masks"] / times["packed: one row, segments"]
         cells = " | ".join(f"{t:.2f}" for t in times.values())
-        print(f"| {name} | {row} | {cells} | {ratio:.2f}x | {diff:.1e} |", flush=True)
+        print(f"| {name} | {block} | {cells} | {ratio:.2f}x | {diff:.1e} |", flush=True)
 
 
 if __name__ == "__main__":
