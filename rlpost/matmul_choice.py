@@ -8,14 +8,16 @@ So ``auto`` measures, once per machine, the matmuls a step of this model actuall
 - training: for every distinct linear weight ``W [N, K]`` of the policy, the forward ``x W^T`` and the
   two backward products (``dy W`` and ``dy^T x``) on ``train_rows`` rows;
 - decode: ``x W^T`` on ``decode_rows`` rows (the generation batch), oneDNN with the weight packed once,
-  as rlpost's generation runs it (``onednn.packed_weights``).
+  as rlpost's generation runs it (``onednn.packed_weights``), and with ``train.decode_kernel`` also rlpost's
+  compiled kernel on its packed weight (rlpost/skinny_matmul.py; built here first, where it can be).
 
 Each product is timed as the best of ``REPEATS`` calls after one warm-up call (the minimum is the
 estimate least disturbed by other work on a 2-core machine). A weight's time counts once per module
 with its shape; the vocabulary projection is timed on its first ``MAX_COLUMNS`` rows and scaled (time
 is linear in N). A step's estimate is ``training * step_rows / train_rows + decode * decode_steps``.
 oneDNN is chosen only when that estimate is at least ``MARGIN`` faster: within the noise, ``aten`` keeps
-TRL's own numbers bitwise.
+TRL's own numbers bitwise. On the oneDNN route the decode products take the kernel only when its decode time
+is at least ``MARGIN`` below oneDNN's, and the estimate counts the decode path chosen.
 
 The result is cached in ``$RLPOST_CACHE/cpu_matmul.json`` (``~/.cache/rlpost``), keyed by the CPU
 model, the PyTorch version, the thread count and the weight shapes, so each new machine or model pays
@@ -28,7 +30,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import platform
 import time
 from collections import Counter
 from collections.abc import Callable
@@ -38,7 +39,8 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from rlpost import onednn
+from rlpost import onednn, skinny_matmul
+from rlpost.cpu_model import cpu_name
 
 logger = logging.getLogger(__name__)
 
@@ -52,9 +54,12 @@ class MatmulTiming:
     """Seconds per step estimate for each backend, and the choice they imply."""
 
     aten_s: float
-    onednn_s: float
+    onednn_s: float  # oneDNN's training products plus the chosen decode path's
     choice: str  # "aten" | "onednn"
     cpu: str
+    decode: str = "onednn"  # the decode products on the oneDNN route: "onednn" (packed weights) | "kernel"
+    kernel_decode_s: float | None = None  # the kernel's share of a step's decode, when it was timed
+    onednn_decode_s: float | None = None  # oneDNN's, for comparison
 
     @property
     def speedup(self) -> float:
@@ -65,17 +70,6 @@ class MatmulTiming:
 def choose(aten_s: float, onednn_s: float, margin: float = MARGIN) -> str:
     """``onednn`` only when its time is at least ``margin`` below aten's, else ``aten``."""
     return "onednn" if onednn_s <= (1.0 - margin) * aten_s else "aten"
-
-
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` reports)."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine() or "unknown"
 
 
 def weight_shapes(model: torch.nn.Module) -> Counter[tuple[int, int]]:
@@ -98,9 +92,10 @@ def _best_of(fn: Callable[[], torch.Tensor]) -> float:
     return best
 
 
-def _shape_times(n: int, k: int, train_rows: int, decode_rows: int) -> dict[str, float]:
+def _shape_times(n: int, k: int, train_rows: int, decode_rows: int, kernel: bool = False) -> dict[str, float]:
     """Seconds for one weight ``[n, k]``: training (forward + both backward products) and one decode
-    product, per backend, scaled up when the weight was sliced to ``MAX_COLUMNS`` rows."""
+    product, per backend (with ``kernel`` also rlpost's decode kernel), scaled up when the weight was sliced
+    to ``MAX_COLUMNS`` rows."""
     cols = min(n, MAX_COLUMNS)
     gen = torch.Generator().manual_seed(0)
     w = torch.randn(cols, k, generator=gen)
@@ -116,23 +111,35 @@ def _shape_times(n: int, k: int, train_rows: int, decode_rows: int) -> dict[str,
         "aten_decode": _best_of(lambda: F.linear(xd, w)),
         "onednn_decode": _best_of(lambda: mm(xd, packed)),
     }
+    if kernel:
+        kernel_packed = skinny_matmul.pack(w)
+        times["kernel_decode"] = _best_of(lambda: skinny_matmul.linear(xd, kernel_packed, cols))
     return {key: value * n / cols for key, value in times.items()}
 
 
 def measure(
-    shapes: Counter[tuple[int, int]], step_rows: int, decode_rows: int, decode_steps: int, train_rows: int = 256
+    shapes: Counter[tuple[int, int]],
+    step_rows: int,
+    decode_rows: int,
+    decode_steps: int,
+    train_rows: int = 256,
+    kernel: bool = False,
 ) -> MatmulTiming:
     """Time both backends on ``shapes`` and estimate one step: ``step_rows`` training rows (tokens scored
-    with gradients) and ``decode_steps`` decode products of ``decode_rows`` rows."""
+    with gradients) and ``decode_steps`` decode products of ``decode_rows`` rows; with ``kernel``, the
+    oneDNN route's decode products through rlpost's kernel as well."""
     train_rows = max(1, min(train_rows, step_rows))
     total: dict[str, float] = {}
     for (n, k), count in shapes.items():
-        for key, seconds in _shape_times(n, k, train_rows, decode_rows).items():
+        for key, seconds in _shape_times(n, k, train_rows, decode_rows, kernel).items():
             total[key] = total.get(key, 0.0) + count * seconds
     scale = step_rows / train_rows
     aten = total["aten_train"] * scale + total["aten_decode"] * decode_steps
-    fast = total["onednn_train"] * scale + total["onednn_decode"] * decode_steps
-    return MatmulTiming(aten, fast, choose(aten, fast), cpu_name())
+    onednn_decode = total["onednn_decode"] * decode_steps
+    kernel_decode = total["kernel_decode"] * decode_steps if kernel else None
+    decode = "kernel" if kernel_decode is not None and kernel_decode <= (1.0 - MARGIN) * onednn_decode else "onednn"
+    fast = total["onednn_train"] * scale + (kernel_decode if decode == "kernel" else onednn_decode)
+    return MatmulTiming(aten, fast, choose(aten, fast), cpu_name(), decode, kernel_decode, onednn_decode)
 
 
 def _cache_file() -> Path:
@@ -141,18 +148,23 @@ def _cache_file() -> Path:
     return cache_dir() / "cpu_matmul.json"
 
 
-def _key(shapes: Counter[tuple[int, int]], step_rows: int, decode_rows: int, decode_steps: int) -> str:
+def _key(shapes: Counter[tuple[int, int]], step_rows: int, decode_rows: int, decode_steps: int, kernel: bool) -> str:
     dims = ",".join(f"{n}x{k}*{c}" for (n, k), c in sorted(shapes.items()))
     return (
         f"{cpu_name()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{dims}"
-        f"|rows {step_rows}/{decode_rows}x{decode_steps}"
+        f"|rows {step_rows}/{decode_rows}x{decode_steps}|decode kernel {kernel}"
     )
 
 
-def auto_choice(model: torch.nn.Module, step_rows: int, decode_rows: int, decode_steps: int) -> MatmulTiming:
-    """The cached or freshly measured choice for ``model``'s weights on this machine, logged once."""
+def auto_choice(
+    model: torch.nn.Module, step_rows: int, decode_rows: int, decode_steps: int, kernel: bool = False
+) -> MatmulTiming:
+    """The cached or freshly measured choice for ``model``'s weights on this machine, logged once; ``kernel``
+    (``train.decode_kernel``): time rlpost's decode kernel too, where it applies (``decode_rows`` within its
+    row limit) and builds here."""
+    kernel = kernel and decode_rows <= skinny_matmul.MAX_ROWS and skinny_matmul.available()
     shapes = weight_shapes(model)
-    key, path = _key(shapes, step_rows, decode_rows, decode_steps), _cache_file()
+    key, path = _key(shapes, step_rows, decode_rows, decode_steps, kernel), _cache_file()
     try:
         cache = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -161,21 +173,28 @@ def auto_choice(model: torch.nn.Module, step_rows: int, decode_rows: int, decode
         timing = MatmulTiming(**cache[key])
         how = f"cached in {path}"
     else:
-        timing = measure(shapes, step_rows, decode_rows, decode_steps)
+        timing = measure(shapes, step_rows, decode_rows, decode_steps, kernel=kernel)
         cache[key] = asdict(timing)
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f"{path.name}.{os.getpid()}.tmp")
         tmp.write_text(json.dumps(cache, indent=1, sort_keys=True))
         os.replace(tmp, path)
         how = "measured now"
+    kernel_note = ""
+    if timing.kernel_decode_s is not None:
+        kernel_note = (
+            f"; decode products through {timing.decode}: rlpost's kernel {timing.kernel_decode_s:.3f} s, "
+            f"oneDNN's packed weights {timing.onednn_decode_s:.3f} s per step"
+        )
     logger.info(
         "train.cpu_matmul=auto -> %s on %s: a step's fp32 matmuls take %.3f s through aten, %.3f s through "
-        "oneDNN (%.2fx; %s)",
+        "oneDNN (%.2fx; %s)%s",
         timing.choice,
         timing.cpu,
         timing.aten_s,
         timing.onednn_s,
         timing.speedup,
         how,
+        kernel_note,
     )
     return timing

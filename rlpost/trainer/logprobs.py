@@ -82,6 +82,7 @@ class LogProbSeams(SeamBase):
     """Routes the log-prob forward to rlpost's compact head when ``train.logprob_head`` says so."""
 
     matmul_timing: MatmulTiming | None = None  # train.cpu_matmul=auto's measurement, when it ran
+    _decode_kernel: bool = False  # generation's decode steps through rlpost/skinny_matmul.py (_route_matmuls)
 
     def _compact_logprobs(self) -> bool:
         cached = getattr(self, "_rlpost_compact", None)
@@ -112,11 +113,14 @@ class LogProbSeams(SeamBase):
     def _route_matmuls(self) -> bool:
         """``train.cpu_matmul``: route the policy's and reference's fp32 linears through oneDNN. ``auto``: on
         CPU in one process without DeepSpeed, where oneDNN is available, and only when it is faster on this
-        machine for this model (timed once and cached, rlpost/matmul_choice.py). Returns whether it did."""
+        machine for this model (timed once and cached, rlpost/matmul_choice.py). Returns whether it did.
+        Sets ``_decode_kernel`` (``train.decode_kernel``; under ``auto`` only where the timing found rlpost's
+        decode kernel faster): whether generation's decode steps may use it (rlpost/skinny_matmul.py)."""
         choice = self.run.settings.train.cpu_matmul
         single = self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled
         if choice == "aten" or not (single and self.accelerator.device.type == "cpu" and onednn.available()):
             return False
+        self._decode_kernel = self.run.settings.train.decode_kernel  # onednn.packed_weights' kernel path
         if choice == "auto":
             rows = self.args.generation_batch_size
             self.matmul_timing = auto_choice(
@@ -124,9 +128,11 @@ class LogProbSeams(SeamBase):
                 step_rows=rows * self.max_completion_length,
                 decode_rows=rows,
                 decode_steps=self.max_completion_length,
+                kernel=self._decode_kernel,
             )
             if self.matmul_timing.choice != "onednn":
                 return False
+            self._decode_kernel = self.matmul_timing.decode == "kernel"
         for model in (self.model, self.ref_model):
             if model is not None:
                 onednn.use_onednn_linears(self.accelerator.unwrap_model(model))

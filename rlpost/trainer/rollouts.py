@@ -71,7 +71,8 @@ class RolloutSeams(SeamBase):
     def _generation_context(self, rows: int) -> ExitStack:
         """TRL's transformers generation (not vLLM) with ``train.shared_prefix`` (each distinct prompt
         prefilled once), ``train.kv_cache=preallocated`` (entered last: the shared prefill fills its cache)
-        and, with oneDNN linears, their weights packed once for the whole call."""
+        and, with oneDNN linears, their weights packed once for the whole call (for rlpost's decode kernel
+        where ``_decode_kernel``, rlpost/skinny_matmul.py)."""
         stack = ExitStack()
         if self.use_vllm:
             return stack
@@ -81,7 +82,7 @@ class RolloutSeams(SeamBase):
         if self.run.settings.train.kv_cache == "preallocated":
             stack.enter_context(preallocated_generation(policy))
         if getattr(self, "_onednn", False):
-            stack.enter_context(onednn.packed_weights(policy, rows))
+            stack.enter_context(onednn.packed_weights(policy, rows, kernel=getattr(self, "_decode_kernel", False)))
         return stack
 
     # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------

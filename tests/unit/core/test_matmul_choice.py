@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from rlpost import matmul_choice, onednn
+from rlpost import matmul_choice, onednn, skinny_matmul
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN fp32 matmul")
 
@@ -33,7 +33,7 @@ def test_step_estimate_weights_each_shape_by_its_count(monkeypatch):
         (8, 4): {"aten_train": 1.0, "onednn_train": 0.5, "aten_decode": 0.1, "onednn_decode": 0.2},
         (4, 8): {"aten_train": 2.0, "onednn_train": 2.0, "aten_decode": 0.3, "onednn_decode": 0.1},
     }
-    monkeypatch.setattr(matmul_choice, "_shape_times", lambda n, k, train_rows, decode_rows: fake[(n, k)])
+    monkeypatch.setattr(matmul_choice, "_shape_times", lambda n, k, train_rows, decode_rows, kernel: fake[(n, k)])
     timing = matmul_choice.measure(Counter({(8, 4): 2, (4, 8): 1}), step_rows=512, decode_rows=8, decode_steps=10)
     # training scaled by step_rows / train_rows = 512 / 256 = 2; decode times decode_steps = 10:
     # aten   = (2*1.0 + 1*2.0) * 2 + (2*0.1 + 1*0.3) * 10 = 8 + 5 = 13
@@ -45,10 +45,46 @@ def test_step_estimate_weights_each_shape_by_its_count(monkeypatch):
     assert matmul_choice.measure(Counter({(8, 4): 2, (4, 8): 1}), 512, 8, 100).choice == "aten"
 
 
+def test_decode_kernel_taken_by_its_own_margin_and_counted_in_the_estimate(monkeypatch):
+    fake = {  # as above, plus rlpost's decode kernel
+        (8, 4): {
+            "aten_train": 1.0,
+            "onednn_train": 0.5,
+            "aten_decode": 0.1,
+            "onednn_decode": 0.2,
+            "kernel_decode": 0.1,
+        },
+        (4, 8): {
+            "aten_train": 2.0,
+            "onednn_train": 2.0,
+            "aten_decode": 0.3,
+            "onednn_decode": 0.1,
+            "kernel_decode": 0.1,
+        },
+    }
+    monkeypatch.setattr(matmul_choice, "_shape_times", lambda n, k, train_rows, decode_rows, kernel: fake[(n, k)])
+    shapes = Counter({(8, 4): 2, (4, 8): 1})
+    timing = matmul_choice.measure(shapes, step_rows=512, decode_rows=8, decode_steps=100, kernel=True)
+    # decode per step: oneDNN (2*0.2 + 1*0.1) * 100 = 50, kernel (2*0.1 + 1*0.1) * 100 = 30 <= 0.95 * 50: kernel
+    # onednn route = training 6 + kernel decode 30 = 36; aten = 8 + 50 = 58 -> 36 <= 0.95 * 58: oneDNN
+    assert timing.decode == "kernel" and timing.choice == "onednn"
+    assert timing.kernel_decode_s == pytest.approx(30.0) and timing.onednn_decode_s == pytest.approx(50.0)
+    assert timing.onednn_s == pytest.approx(36.0) and timing.aten_s == pytest.approx(58.0)
+    # the same step without the kernel: oneDNN's route 6 + 50 = 56 > 0.95 * 58 = 55.1: aten (as above)
+    without = matmul_choice.measure(shapes, 512, 8, 100)
+    assert without.choice == "aten" and without.decode == "onednn" and without.kernel_decode_s is None
+    # a kernel only 4% faster at decode than oneDNN stays off: 0.192 * 2 + 0.096 = 0.48 per product, x100 = 48
+    fake[(8, 4)]["kernel_decode"], fake[(4, 8)]["kernel_decode"] = 0.192, 0.096
+    assert matmul_choice.measure(shapes, 512, 8, 100, kernel=True).decode == "onednn"
+
+
 def test_shape_times_are_real_positive_timings_and_scale_a_sliced_weight(monkeypatch):
     times = matmul_choice._shape_times(64, 32, train_rows=16, decode_rows=4)
     assert set(times) == {"aten_train", "onednn_train", "aten_decode", "onednn_decode"}
     assert all(math.isfinite(v) and v > 0 for v in times.values())
+    if skinny_matmul.available():  # the decode kernel, timed on the same product
+        with_kernel = matmul_choice._shape_times(64, 32, train_rows=16, decode_rows=4, kernel=True)
+        assert math.isfinite(with_kernel["kernel_decode"]) and with_kernel["kernel_decode"] > 0
     sliced = []
     monkeypatch.setattr(matmul_choice, "MAX_COLUMNS", 16)
     monkeypatch.setattr(matmul_choice, "_best_of", lambda fn: sliced.append(fn().shape) or 1.0)
@@ -62,7 +98,7 @@ def test_auto_choice_measures_once_per_machine_and_model(monkeypatch, tmp_path, 
     monkeypatch.setenv("RLPOST_CACHE", str(tmp_path))
     calls = []
 
-    def fake_measure(shapes, step_rows, decode_rows, decode_steps):
+    def fake_measure(shapes, step_rows, decode_rows, decode_steps, kernel=False):
         calls.append(shapes)
         return matmul_choice.MatmulTiming(2.0, 1.0, "onednn", "test cpu")
 
@@ -76,6 +112,7 @@ def test_auto_choice_measures_once_per_machine_and_model(monkeypatch, tmp_path, 
     cache = json.loads((tmp_path / "cpu_matmul.json").read_text())
     (key,) = cache
     assert matmul_choice.cpu_name() in key and f"torch {torch.__version__}" in key and "8x4*1" in key
+    assert "decode kernel False" in key  # not asked for: the kernel neither timed nor built
     assert cache[key]["choice"] == "onednn" and not list(tmp_path.glob("*.tmp"))  # renamed into place
     matmul_choice.auto_choice(torch.nn.Sequential(torch.nn.Linear(4, 16)), 64, 8, 8)  # another model: timed
     assert len(calls) == 2 and len(json.loads((tmp_path / "cpu_matmul.json").read_text())) == 2

@@ -1,0 +1,123 @@
+"""fp32 products of a decode step's few rows with rlpost's own compiled CPU kernel (``train.decode_kernel``).
+
+A decode step multiplies 8 rows by every weight of the model. At that shape the product is a stream of the
+weights from memory, and PyTorch's kernels stream them at half the rate a plain read reaches: on this
+project's 2-core AMD EPYC (AVX-512), every linear of a SmolLM2 decode step takes 27-29 ms through oneDNN's
+packed weights against 14-18 ms to read those 538 MB once (bench/RESULTS.md). ``skinny_matmul.cpp`` packs
+each weight once into column blocks stored k-major, so a block is one sequential stream, and keeps the
+rows' M x BLOCK accumulators in registers; it runs at the plain read's rate (bench/RESULTS.md).
+
+The kernel is compiled on first use for the host's instruction set (``-march=native``: AVX-512 or AVX2 with
+FMA) by ``torch.utils.cpp_extension`` into ``$RLPOST_CACHE/kernels`` (``~/.cache/rlpost``), under a name
+that hashes the source, the CPU model and the PyTorch version; about 25 s once per machine, then a load.
+PyTorch's build lock lets one process compile while others wait. Where there is no C++ compiler, no AVX2,
+or the build or its check against ``F.linear`` fails, ``available()`` is False with the reason logged once,
+and decode products stay on oneDNN.
+
+The sums run over k in order with one fused multiply-add per term: equal to ``F.linear`` to float rounding
+(about 1e-6 relative), not bitwise, like oneDNN (tests/unit/core/test_skinny_matmul.py).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import logging
+import os
+import shutil
+from pathlib import Path
+from types import ModuleType
+
+import torch
+import torch.nn.functional as F
+
+from rlpost.cpu_model import cpu_name
+
+logger = logging.getLogger(__name__)
+
+SOURCE = Path(__file__).with_name("skinny_matmul.cpp")
+MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to oneDNN
+
+
+def _build() -> ModuleType:
+    """Compile (or load the cached build of) the extension for this machine."""
+    import ninja
+    from torch.utils.cpp_extension import load
+
+    from rlpost.bundled_models import cache_dir
+
+    digest = hashlib.sha1(f"{SOURCE.read_text()}|{cpu_name()}|{torch.__version__}".encode()).hexdigest()[:12]
+    name = f"rlpost_skinny_matmul_{digest}"
+    build = cache_dir() / "kernels" / name
+    build.mkdir(parents=True, exist_ok=True)
+    flags = ["-O3", "-march=native", "-fopenmp"]
+    path = os.environ.get("PATH", "")
+    os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])  # the ninja wheel's binary, venv not activated
+    try:
+        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=str(build))
+    finally:
+        os.environ["PATH"] = path
+
+
+def unavailable_reason() -> str | None:
+    """Why the kernel cannot run here (None: it can). Builds it on the first call."""
+    return _load()[1]
+
+
+def available() -> bool:
+    """The kernel is built for this machine and agrees with ``F.linear``."""
+    return _load()[0] is not None
+
+
+@functools.cache
+def _load() -> tuple[ModuleType | None, str | None]:
+    capability = torch.backends.cpu.get_cpu_capability()
+    if capability not in ("AVX2", "AVX512"):
+        reason = f"the CPU's vector capability is {capability}, the kernel needs AVX2 or AVX512"
+    elif not Path("/proc/cpuinfo").exists():
+        reason = "not a Linux machine"
+    elif not shutil.which("c++"):
+        reason = "no C++ compiler (c++) on PATH"
+    else:
+        try:
+            extension = _build()
+            reason = _check(extension)
+        except Exception as error:  # a failed build or load: oneDNN keeps the decode products
+            extension, reason = None, f"the build failed: {type(error).__name__}: {str(error)[-400:]}"
+        if reason is None:
+            return extension, None
+    logger.info("train.decode_kernel: not used (%s); decode products stay on oneDNN", reason)
+    return None, reason
+
+
+def _check(extension: ModuleType) -> str | None:
+    """Every row count on a shape with a partial last block, against ``F.linear``."""
+    gen = torch.Generator().manual_seed(0)
+    weight = torch.randn(extension.block() * 2 + 5, 37, generator=gen)
+    packed = extension.pack(weight)
+    for rows in range(1, MAX_ROWS + 1):
+        x = torch.randn(rows, 37, generator=gen)
+        if not torch.allclose(extension.matmul(x, packed, weight.size(0)), F.linear(x, weight), atol=1e-5):
+            return f"its product differs from F.linear at {rows} rows"
+    return None
+
+
+def pack(weight: torch.Tensor) -> torch.Tensor:
+    """``weight [N, K]`` (fp32, CPU) -> ``[ceil(N / BLOCK), K, BLOCK]``, the kernel's layout (a copy)."""
+    return _extension().pack(weight.detach().contiguous())
+
+
+def linear(x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | None = None) -> torch.Tensor:
+    """``x [..., K] @ W^T (+ bias [N])`` -> ``[..., n]`` from ``packed = pack(W)``; at most ``MAX_ROWS`` rows."""
+    flat = x.reshape(-1, x.size(-1)).contiguous()
+    out = _extension().matmul(flat, packed, n)
+    if bias is not None:
+        out += bias
+    return out.reshape(*x.shape[:-1], n)
+
+
+def _extension() -> ModuleType:
+    extension, reason = _load()
+    if extension is None:
+        raise RuntimeError(f"rlpost's decode kernel is not available here: {reason}")
+    return extension

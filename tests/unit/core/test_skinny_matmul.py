@@ -1,0 +1,108 @@
+"""train.decode_kernel: rlpost's compiled decode kernel (rlpost/skinny_matmul.py) packs, multiplies like
+F.linear to float rounding, takes over a routed model's decode products, and steps aside where it cannot."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from rlpost import onednn, skinny_matmul
+from rlpost.models import load_model
+
+from trainer_utils import make_run, rlpost_trainer
+
+pytestmark = pytest.mark.skipif(
+    not (onednn.available() and skinny_matmul.available()),
+    reason=f"the decode kernel cannot run here: {skinny_matmul.unavailable_reason()}",
+)
+
+
+def _block() -> int:
+    return skinny_matmul._extension().block()
+
+
+def test_pack_lays_each_block_k_major_and_pads_the_last_with_zeros():
+    block = _block()
+    n, k = 2 * block + 3, 5
+    weight = torch.arange(n * k, dtype=torch.float32).reshape(n, k)
+    packed = skinny_matmul.pack(weight)
+    assert packed.shape == (3, k, block)  # ceil(n / block) blocks of [K, BLOCK]
+    for b, i, j in [(0, 0, 0), (0, 4, block - 1), (1, 2, 7), (2, 3, 2)]:
+        assert packed[b, i, j] == weight[b * block + j, i]  # packed[b, k, j] = W[b * BLOCK + j, k]
+    assert packed[2, :, 3:].abs().sum() == 0  # the last block's rows beyond n are zeros
+
+
+@pytest.mark.parametrize("rows", [1, 2, 5, 8, 9, 13, 16])
+def test_product_equals_f_linear_at_every_row_count(rows):
+    """Both register layouts (up to 8 rows; 9-16 as 8 + the rest) and a partial last block, with a bias,
+    against a float64 reference: the kernel sums over k in order, so it agrees to fp32 rounding."""
+    gen = torch.Generator().manual_seed(rows)
+    n, k = 3 * _block() + 7, 67
+    weight, bias = torch.randn(n, k, generator=gen), torch.randn(n, generator=gen)
+    x = torch.randn(rows, k, generator=gen)
+    out = skinny_matmul.linear(x, skinny_matmul.pack(weight), n, bias)
+    reference = F.linear(x.double(), weight.double(), bias.double())
+    assert out.dtype == torch.float32 and out.shape == (rows, n)
+    torch.testing.assert_close(out.double(), reference, rtol=0, atol=1e-4)
+    # [batch, seq, K] inputs keep their leading dimensions
+    x3 = x.reshape(1, rows, k)
+    torch.testing.assert_close(skinny_matmul.linear(x3, skinny_matmul.pack(weight), n), F.linear(x3, weight))
+
+
+def test_more_rows_than_the_kernel_takes_are_refused():
+    weight = torch.randn(20, 8)
+    with pytest.raises(RuntimeError, match="1 to 16 rows, got 17"):
+        skinny_matmul.linear(torch.randn(17, 8), skinny_matmul.pack(weight), 20)
+
+
+def _routed_tiny_model():
+    model = load_model(make_run([]).model)
+    onednn.use_onednn_linears(model)
+    return model
+
+
+def test_packed_weights_route_decode_rows_to_the_kernel_and_the_prefill_to_onednn(monkeypatch):
+    model = _routed_tiny_model()
+    calls = []
+    real = skinny_matmul.linear
+    monkeypatch.setattr(skinny_matmul, "linear", lambda x, *a, **kw: calls.append(x.shape) or real(x, *a, **kw))
+    prefill, decode = torch.randint(0, 1000, (1, 20)), torch.randint(0, 1000, (4, 1))
+    with torch.no_grad():
+        reference = [model(input_ids=ids).logits for ids in (prefill, decode)]
+        with onednn.packed_weights(model, rows=4, kernel=True) as swapped:
+            assert swapped == sum(type(m) is torch.nn.Linear for m in model.modules())
+            long_out = model(input_ids=prefill).logits  # 20 rows > 16: oneDNN on the plain weight
+            assert calls == []
+            short_out = model(input_ids=decode).logits  # 4 rows: every linear through the kernel
+            assert len(calls) == swapped and all(shape[:-1] == (4, 1) for shape in calls)
+    torch.testing.assert_close(long_out, reference[0], rtol=1e-4, atol=1e-4)
+    torch.testing.assert_close(short_out, reference[1], rtol=1e-4, atol=1e-4)
+    assert all(m.forward.func is onednn._forward for m in model.modules() if type(m) is torch.nn.Linear)
+
+
+def test_packed_weights_stay_on_onednn_without_the_kernel_or_above_its_rows(monkeypatch):
+    model = _routed_tiny_model()
+    for rows, kernel in [(4, False), (skinny_matmul.MAX_ROWS + 1, True)]:
+        with onednn.packed_weights(model, rows=rows, kernel=kernel):
+            assert model.lm_head.forward.func is onednn._packed_forward
+    monkeypatch.setattr(skinny_matmul, "_load", lambda: (None, "no C++ compiler (c++) on PATH"))
+    assert not skinny_matmul.available() and "no C++ compiler" in skinny_matmul.unavailable_reason()
+    with onednn.packed_weights(model, rows=4, kernel=True):  # asked for, but it cannot run: oneDNN
+        assert model.lm_head.forward.func is onednn._packed_forward
+
+
+def test_trainer_takes_the_kernel_when_asked_or_measured_faster(tmp_path, monkeypatch):
+    forced = rlpost_trainer(make_run(["train.cpu_matmul=onednn"]), tmp_path / "a")
+    assert forced._onednn and forced._decode_kernel  # train.decode_kernel=true by default
+    off = rlpost_trainer(make_run(["train.cpu_matmul=onednn", "train.decode_kernel=false"]), tmp_path / "b")
+    assert off._onednn and not off._decode_kernel
+    monkeypatch.setenv("RLPOST_CACHE", str(tmp_path / "cache"))
+    auto = rlpost_trainer(make_run([]), tmp_path / "c")  # timed: the kernel's decode against oneDNN's
+    timing = auto.matmul_timing
+    assert timing is not None and timing.kernel_decode_s is not None and timing.kernel_decode_s > 0
+    assert auto._decode_kernel == (auto._onednn and timing.decode == "kernel")
+    (key,) = json.loads((tmp_path / "cache" / "cpu_matmul.json").read_text())
+    assert "decode kernel True" in key
