@@ -7,14 +7,15 @@ embedding lookup reads only its rows) and each row's KV cache: ``bytes = 4 * par
 script measures, for SmolLM2-135M in fp32 with ``rows`` rows at a context of ``--context`` positions:
 
 - ``step``: a decode loop of ``--steps`` single-token forwards (``logits_to_keep=1``) after a prefill of
-  ``--context`` positions, the KV cache growing as in generation, per step; PyTorch's linears and
-  rlpost's (oneDNN, weights packed once: rlpost/onednn.py), median of ``--reps`` loops;
+  ``--context`` positions, the KV cache growing as in generation, per step; PyTorch's linears,
+  oneDNN's (weights packed once: rlpost/onednn.py) and, up to 16 rows, rlpost's decode kernel
+  (``train.decode_kernel``, rlpost/skinny_matmul.py), median of ``--reps`` loops;
 - ``linears only``: the same step's matrix products alone (every ``nn.Linear`` and the head on a
   ``[rows, K]`` input, back to back): the floor the kernels set at this row count;
 - ``read weights``: summing every weight tensor (a pure read of the same bytes, no arithmetic to speak of);
 - ``bound``: ``bytes / bandwidth``, and the fraction of it each of the above reaches.
 
-Then the top operators of one profiled decode loop. Rows vary (1, 8, 32, 64): the weight bytes are read once per
+Then the top operators of one profiled decode loop (rlpost's default path: the kernel where it applies). Rows vary (1, 8, 32, 64): the weight bytes are read once per
 step whatever the row count, so more rows per decode step (across prompts) is what moves a step toward
 the bound per generated token.
 
@@ -74,6 +75,19 @@ def products(pairs) -> None:
         onednn._matmul(x, packed)
 
 
+def pct(bound: float, seconds: float) -> str:
+    """``bound`` as a percentage of ``seconds`` ("-" where a setting did not run: NaN)."""
+    return f"{100 * bound / seconds:.0f}%" if seconds == seconds else "-"
+
+
+def kernel_products(triples) -> None:
+    """The same through rlpost's decode kernel, for each (input, kernel-packed weight, N) triple."""
+    from rlpost import skinny_matmul
+
+    for x, packed, n in triples:
+        skinny_matmul.linear(x, packed, n)
+
+
 def main() -> None:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--rows", default="1,8,32,64", help="decode batch sizes")
@@ -86,7 +100,7 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from rlpost import onednn
+    from rlpost import onednn, skinny_matmul
     from rlpost.app import compose
     from rlpost.build import build_run
     from rlpost.models import load_model
@@ -107,10 +121,14 @@ def main() -> None:
         f"context {args.context}\n"
     )
     print(
-        "| rows | bound ms | step ms (aten) | step ms (oneDNN packed) | linears only ms (oneDNN) | read weights ms "
-        "| % of bound: step (oneDNN) | linears only | read weights | tok/s at the step (oneDNN) |\n"
-        "|---|---|---|---|---|---|---|---|---|---|"
+        "| rows | bound ms | step ms (aten) | step ms (oneDNN packed) | step ms (rlpost kernel) | linears only ms "
+        "(oneDNN) | linears only ms (kernel) | read weights ms | % of bound: step (oneDNN) | step (kernel) "
+        "| linears only (oneDNN) | linears only (kernel) | read weights | tok/s at the fastest step |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
+    kernel = skinny_matmul.available()
+    if not kernel:
+        print(f"(rlpost's decode kernel is not available here: {skinny_matmul.unavailable_reason()})")
     read_s = median_time(lambda: [w.sum() for w in model.parameters()], args.reps)
     for rows in (int(r) for r in args.rows.split(",")):
         ids = torch.randint(0, config.vocab_size, (rows, args.context))
@@ -124,21 +142,29 @@ def main() -> None:
             linear_s = median_time(
                 partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps
             )
+            kernel_s = kernel_linear_s = float("nan")
+            if kernel and rows <= skinny_matmul.MAX_ROWS:
+                with onednn.packed_weights(model, rows, kernel=True):
+                    kernel_s = decode_loop(model, ids, args.steps, args.reps)
+                triples = [(x[w.shape[1]], skinny_matmul.pack(w), w.shape[0]) for w in linears]
+                kernel_linear_s = median_time(partial(kernel_products, triples), args.reps)
         finally:
             for module in model.modules():
                 module.__dict__.pop("forward", None)
         context = args.context + args.steps / 2  # mean cached positions over the loop
         bound = (weight_bytes + rows * context * kv_per_position) / (bandwidth * 1e9)
+        fastest = min(s for s in (onednn_s, kernel_s) if s == s)  # NaN where the kernel did not run
+
         print(
-            f"| {rows} | {1e3 * bound:.1f} | {1e3 * aten_s:.1f} | {1e3 * onednn_s:.1f} | {1e3 * linear_s:.1f} | "
-            f"{1e3 * read_s:.1f} | {100 * bound / onednn_s:.0f}% | {100 * bound / linear_s:.0f}% | "
-            f"{100 * bound / read_s:.0f}% | {rows / onednn_s:.0f} |",
+            f"| {rows} | {1e3 * bound:.1f} | {1e3 * aten_s:.1f} | {1e3 * onednn_s:.1f} | {1e3 * kernel_s:.1f} | "
+            f"{1e3 * linear_s:.1f} | {1e3 * kernel_linear_s:.1f} | {1e3 * read_s:.1f} | {pct(bound, onednn_s)} | "
+            f"{pct(bound, kernel_s)} | {pct(bound, linear_s)} | {pct(bound, kernel_linear_s)} | {pct(bound, read_s)} | {rows / fastest:.0f} |",
             flush=True,
         )
         if rows == args.profile_rows:
             onednn.use_onednn_linears(model)
             try:
-                with onednn.packed_weights(model, rows), torch.profiler.profile() as prof:
+                with onednn.packed_weights(model, rows, kernel=kernel), torch.profiler.profile() as prof:
                     decode_loop(model, ids, args.steps, 1)
             finally:
                 for module in model.modules():
@@ -146,7 +172,8 @@ def main() -> None:
             profile = prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=12)
     if args.profile_rows:
         print(
-            f"\nTop operators of 2 decode loops ({args.steps} steps each) at {args.profile_rows} rows (oneDNN packed):\n\n```\n{profile}\n```"
+            f"\nTop operators of 2 decode loops ({args.steps} steps each) at {args.profile_rows} rows "
+            f"({'rlpost kernel' if kernel else 'oneDNN packed'}):\n\n```\n{profile}\n```"
         )
 
 

@@ -44,11 +44,28 @@ int64_t block() { return BLOCK; }
 int64_t max_rows() { return MAX_ROWS; }
 
 torch::Tensor pack(const torch::Tensor& weight) {  // [N, K] -> [ceil(N / BLOCK), K, BLOCK]
-  TORCH_CHECK(weight.dim() == 2 && weight.scalar_type() == torch::kFloat32, "pack: an fp32 [N, K] weight");
+  TORCH_CHECK(weight.dim() == 2 && weight.is_contiguous() && weight.scalar_type() == torch::kFloat32,
+              "pack: a contiguous fp32 [N, K] weight");
   const int64_t n = weight.size(0), k = weight.size(1), blocks = (n + BLOCK - 1) / BLOCK;
-  auto padded = torch::zeros({blocks * BLOCK, k}, weight.options());
-  padded.narrow(0, 0, n).copy_(weight);
-  return padded.view({blocks, BLOCK, k}).transpose(1, 2).contiguous();
+  auto packed = torch::empty({blocks, k, BLOCK}, weight.options());
+  const float* w = weight.data_ptr<float>();
+  float* out = packed.data_ptr<float>();
+  // One pass: each block reads its BLOCK weight rows and writes them k-major (zeros past row n).
+  at::parallel_for(0, blocks, 1, [&](int64_t b0, int64_t b1) {
+    for (int64_t b = b0; b < b1; ++b) {
+      float* dst = out + b * k * BLOCK;
+      const int64_t real = n - b * BLOCK < BLOCK ? n - b * BLOCK : BLOCK;
+      const float* src = w + b * BLOCK * k;
+      for (int64_t i0 = 0; i0 < k; i0 += 16) {  // 16 columns of the block's rows at a time: both sides stay in L1
+        const int64_t i1 = i0 + 16 < k ? i0 + 16 : k;
+        for (int64_t i = i0; i < i1; ++i) {
+          for (int64_t j = 0; j < real; ++j) dst[i * BLOCK + j] = src[j * k + i];
+          for (int64_t j = real; j < BLOCK; ++j) dst[i * BLOCK + j] = 0.0f;
+        }
+      }
+    }
+  });
+  return packed;
 }
 
 // y [M, n] = x [M, K] times blocks b0..b1 of the packed weight.
