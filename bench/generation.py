@@ -9,6 +9,8 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
   (rlpost/prefix_generation.py): each distinct prompt prefilled once, its KV cache expanded to the rows;
 - ``+ oneDNN packed``: and rlpost's ``train.cpu_matmul`` (rlpost/onednn.py): every linear through
   oneDNN with its weight packed once per call (the packing is inside the timed call);
+- ``+ decode kernel``: and rlpost's ``train.decode_kernel`` (rlpost/skinny_matmul.py): the decode steps'
+  linears through rlpost's compiled kernel on its own packed weights (the prefill stays on oneDNN);
 - ``lean loop``: a minimal prefill + decode loop (``logits_to_keep=1``, softmax, ``multinomial``), the
   same sampling ops in the same order, so with the same seed it must give the same tokens;
 - ``hf static``: ``cache_implementation="static"`` without compilation;
@@ -85,10 +87,10 @@ def main() -> None:
         with shared_prefix_generation(model):
             return hf(**extra)
 
-    def shared_onednn(**extra):  # + train.cpu_matmul=onednn: linears through oneDNN, weights packed per call
+    def shared_onednn(kernel=False, **extra):  # + train.cpu_matmul=onednn: linears through oneDNN, packed per call
         onednn.use_onednn_linears(model)
         try:
-            with shared_prefix_generation(model), onednn.packed_weights(model, enc.input_ids.size(0)):
+            with shared_prefix_generation(model), onednn.packed_weights(model, enc.input_ids.size(0), kernel):
                 return hf(**extra)
         finally:  # the other variants run PyTorch's linears
             for module in model.modules():
@@ -98,6 +100,10 @@ def main() -> None:
         ("hf dynamic", lambda: hf(disable_compile=True)),
         ("hf dynamic, shared prefix", lambda: shared(disable_compile=True)),
         ("hf dynamic, shared prefix + oneDNN packed", lambda: shared_onednn(disable_compile=True)),
+        (
+            "hf dynamic, shared prefix + oneDNN packed + decode kernel",
+            lambda: shared_onednn(True, disable_compile=True),
+        ),
         ("lean loop", lambda: lean_generate(model, enc.input_ids, enc.attention_mask, args.max_new_tokens, eos, pad)),
         ("hf static", lambda: hf(cache_implementation="static", disable_compile=True)),
     ]

@@ -137,8 +137,10 @@ def measure(
     aten = total["aten_train"] * scale + total["aten_decode"] * decode_steps
     onednn_decode = total["onednn_decode"] * decode_steps
     kernel_decode = total["kernel_decode"] * decode_steps if kernel else None
-    decode = "kernel" if kernel_decode is not None and kernel_decode <= (1.0 - MARGIN) * onednn_decode else "onednn"
-    fast = total["onednn_train"] * scale + (kernel_decode if decode == "kernel" else onednn_decode)
+    decode, decode_s = "onednn", onednn_decode
+    if kernel_decode is not None and kernel_decode <= (1.0 - MARGIN) * onednn_decode:
+        decode, decode_s = "kernel", kernel_decode
+    fast = total["onednn_train"] * scale + decode_s
     return MatmulTiming(aten, fast, choose(aten, fast), cpu_name(), decode, kernel_decode, onednn_decode)
 
 

@@ -72,6 +72,7 @@ def available() -> bool:
 @functools.cache
 def _load() -> tuple[ModuleType | None, str | None]:
     capability = torch.backends.cpu.get_cpu_capability()
+    reason: str | None
     if capability not in ("AVX2", "AVX512"):
         reason = f"the CPU's vector capability is {capability}, the kernel needs AVX2 or AVX512"
     elif not Path("/proc/cpuinfo").exists():
