@@ -1,4 +1,4 @@
-"""The CPU's model name: the key of what rlpost measures or builds once per machine."""
+"""The CPU's model name and feature flags: the keys of what rlpost measures or builds once per machine."""
 
 from __future__ import annotations
 
@@ -15,3 +15,15 @@ def cpu_name() -> str:
     except OSError:
         pass
     return platform.processor() or platform.machine() or "unknown"
+
+
+def cpu_flags() -> str:
+    """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``; empty elsewhere): two VMs can share a
+    model name and differ in what instructions they expose."""
+    try:
+        for line in Path("/proc/cpuinfo").read_text().splitlines():
+            if line.startswith("flags"):
+                return line.split(":", 1)[1].strip()
+    except OSError:
+        pass
+    return ""

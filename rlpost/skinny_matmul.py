@@ -9,7 +9,7 @@ rows' M x BLOCK accumulators in registers; it runs at the plain read's rate (ben
 
 The kernel is compiled on first use for the host's instruction set (``-march=native``: AVX-512 or AVX2 with
 FMA) by ``torch.utils.cpp_extension`` into ``$RLPOST_CACHE/kernels`` (``~/.cache/rlpost``), under a name
-that hashes the source, the CPU model and the PyTorch version; about 25 s once per machine, then a load.
+that hashes the source, the CPU's model and flags and the PyTorch version; about 25 s once per machine, then a load.
 PyTorch's build lock lets one process compile while others wait. Where there is no C++ compiler, no AVX2,
 or the build or its check against ``F.linear`` fails, ``available()`` is False with the reason logged once,
 and decode products stay on oneDNN.
@@ -31,7 +31,7 @@ from types import ModuleType
 import torch
 import torch.nn.functional as F
 
-from rlpost.cpu_model import cpu_name
+from rlpost.cpu_model import cpu_flags, cpu_name
 
 logger = logging.getLogger(__name__)
 
@@ -46,7 +46,9 @@ def _build() -> ModuleType:
 
     from rlpost.bundled_models import cache_dir
 
-    digest = hashlib.sha1(f"{SOURCE.read_text()}|{cpu_name()}|{torch.__version__}".encode()).hexdigest()[:12]
+    # -march=native code runs only where its instructions exist: the build is keyed by the CPU's flags too
+    key = f"{SOURCE.read_text()}|{cpu_name()}|{cpu_flags()}|{torch.__version__}"
+    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     name = f"rlpost_skinny_matmul_{digest}"
     build = cache_dir() / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
