@@ -6,24 +6,23 @@ import platform
 from pathlib import Path
 
 
-def cpu_name() -> str:
-    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` reports)."""
+def _cpuinfo(field: str) -> str | None:
+    """The first ``field: value`` line's value in ``/proc/cpuinfo`` (Linux), else None."""
     try:
         for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("model name"):
+            if line.startswith(field):
                 return line.split(":", 1)[1].strip()
     except OSError:
         pass
-    return platform.processor() or platform.machine() or "unknown"
+    return None
+
+
+def cpu_name() -> str:
+    """The CPU's model name (``/proc/cpuinfo`` on Linux, else what ``platform`` reports)."""
+    return _cpuinfo("model name") or platform.processor() or platform.machine() or "unknown"
 
 
 def cpu_flags() -> str:
-    """The CPU's feature flags as Linux lists them (``/proc/cpuinfo``; empty elsewhere): two VMs can share a
-    model name and differ in what instructions they expose."""
-    try:
-        for line in Path("/proc/cpuinfo").read_text().splitlines():
-            if line.startswith("flags"):
-                return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return ""
+    """The CPU's feature flags as Linux lists them (empty elsewhere): two VMs can share a model name and
+    differ in what instructions they expose."""
+    return _cpuinfo("flags") or ""

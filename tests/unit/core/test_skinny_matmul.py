@@ -69,7 +69,8 @@ def test_packed_weights_route_decode_rows_to_the_kernel_and_the_prefill_to_onedn
     calls = []
     real = skinny_matmul.linear
     monkeypatch.setattr(skinny_matmul, "linear", lambda x, *a, **kw: calls.append(x.shape) or real(x, *a, **kw))
-    prefill, decode = torch.randint(0, 1000, (1, 20)), torch.randint(0, 1000, (4, 1))
+    gen = torch.Generator().manual_seed(0)
+    prefill, decode = torch.randint(0, 1000, (1, 20), generator=gen), torch.randint(0, 1000, (4, 1), generator=gen)
     with torch.no_grad():
         reference = [model(input_ids=ids).logits for ids in (prefill, decode)]
         with onednn.packed_weights(model, rows=4, kernel=True) as swapped:
