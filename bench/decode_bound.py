@@ -144,7 +144,7 @@ def main() -> None:
             )
             kernel_s = kernel_linear_s = float("nan")
             if kernel and rows <= skinny_matmul.MAX_ROWS:
-                with onednn.packed_weights(model, rows, kernel=True):
+                with skinny_matmul.decode_weights(model):  # the prefill on the routed oneDNN linears
                     kernel_s = decode_loop(model, ids, args.steps, args.reps)
                 triples = [(x[w.shape[1]], skinny_matmul.pack(w), w.shape[0]) for w in linears]
                 kernel_linear_s = median_time(partial(kernel_products, triples), args.reps)
@@ -171,7 +171,9 @@ def main() -> None:
 
             skinny_matmul.linear = labelled
             try:
-                with onednn.packed_weights(model, rows, kernel=kernel), torch.profiler.profile() as prof:
+                use_kernel = kernel and rows <= skinny_matmul.MAX_ROWS
+                weights = skinny_matmul.decode_weights(model) if use_kernel else onednn.packed_weights(model, rows)
+                with weights, torch.profiler.profile() as prof:
                     decode_loop(model, ids, args.steps, 1)
             finally:
                 skinny_matmul.linear = kernel_linear

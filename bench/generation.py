@@ -59,7 +59,7 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     args = p.parse_args()
 
-    from rlpost import onednn
+    from rlpost import onednn, skinny_matmul
     from rlpost.app import compose
     from rlpost.build import build_run
     from rlpost.data import load_datasets
@@ -90,7 +90,10 @@ def main() -> None:
     def shared_onednn(kernel=False, **extra):  # + train.cpu_matmul=onednn: linears through oneDNN, packed per call
         onednn.use_onednn_linears(model)
         try:
-            with shared_prefix_generation(model), onednn.packed_weights(model, enc.input_ids.size(0), kernel):
+            rows = enc.input_ids.size(0)
+            use_kernel = kernel and skinny_matmul.applies(rows)
+            weights = skinny_matmul.decode_weights(model) if use_kernel else onednn.packed_weights(model, rows)
+            with shared_prefix_generation(model), weights:
                 return hf(**extra)
         finally:  # the other variants run PyTorch's linears
             for module in model.modules():

@@ -44,7 +44,7 @@ class TrainSettings:
     # from this block length on: one row, segment attention (rlpost/segment_attention.py); below: dense masks
     packing_segment_min_tokens: Annotated[int, Range(ge=0)] = 512
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
-    # decode steps of up to 16 rows through rlpost's compiled kernel (rlpost/skinny_matmul.py) when routed off aten
+    # decode steps of up to 16 rows through rlpost's compiled kernel (rlpost/skinny_matmul.py) unless cpu_matmul=aten
     decode_kernel: bool = True
     save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0
     save_total_limit: Annotated[int, Range(ge=1)] = 2

@@ -1,4 +1,5 @@
-"""``train.cpu_matmul=auto``: pick PyTorch's (``aten``) or oneDNN's fp32 matmul by timing both here.
+"""``train.cpu_matmul=auto``: pick PyTorch's (``aten``) or oneDNN's fp32 matmul, and the decode steps' path,
+by timing them here.
 
 Which kernel is faster depends on the CPU, not on its vendor. On this project's 2-core AMD EPYC VM, MKL
 runs its AVX2 path and oneDNN is ~2x faster (bench/RESULTS.md); on a 2-core Intel Xeon, MKL's ``mm``
@@ -7,17 +8,21 @@ So ``auto`` measures, once per machine, the matmuls a step of this model actuall
 
 - training: for every distinct linear weight ``W [N, K]`` of the policy, the forward ``x W^T`` and the
   two backward products (``dy W`` and ``dy^T x``) on ``train_rows`` rows;
-- decode: ``x W^T`` on ``decode_rows`` rows (the generation batch), oneDNN with the weight packed once,
-  as rlpost's generation runs it (``onednn.packed_weights``), and with ``train.decode_kernel`` also rlpost's
-  compiled kernel on its packed weight (rlpost/skinny_matmul.py; built here first, where it can be).
+- decode: ``x W^T`` on ``decode_rows`` rows (the generation batch): PyTorch's, oneDNN's with the weight
+  packed once (as rlpost's generation runs it, ``onednn.packed_weights``), and with ``train.decode_kernel``
+  rlpost's compiled kernel on its packed weight (rlpost/skinny_matmul.py; built here first, where it can be).
 
 Each product is timed as the best of ``REPEATS`` calls after one warm-up call (the minimum is the
 estimate least disturbed by other work on a 2-core machine). A weight's time counts once per module
 with its shape; the vocabulary projection is timed on its first ``MAX_COLUMNS`` rows and scaled (time
 is linear in N). A step's estimate is ``training * step_rows / train_rows + decode * decode_steps``.
-oneDNN is chosen only when that estimate is at least ``MARGIN`` faster: within the noise, ``aten`` keeps
-TRL's own numbers bitwise. On the oneDNN route the decode products take the kernel only when its decode time
-is at least ``MARGIN`` below oneDNN's, and the estimate counts the decode path chosen.
+
+Each route's decode products take the kernel only where its decode time is at least ``MARGIN`` below the
+route's own (PyTorch's on the ``aten`` route, oneDNN's packed weights on the ``onednn`` route): the kernel
+does not depend on which library multiplies the training products, so a CPU where MKL wins those can still
+decode through it. Each route's estimate counts the decode path it would take, and oneDNN is chosen only
+when its estimate is at least ``MARGIN`` faster: within the noise, ``aten`` keeps TRL's own training numbers
+bitwise (and its samples, unless the kernel decodes). ``MatmulTiming.decode`` is the chosen route's decode path.
 
 The result is cached in ``$RLPOST_CACHE/cpu_matmul.json`` (``~/.cache/rlpost``), keyed by the CPU
 model, the PyTorch version, the thread count and the weight shapes, so each new machine or model pays
@@ -57,9 +62,10 @@ class MatmulTiming:
     onednn_s: float  # oneDNN's training products plus the chosen decode path's
     choice: str  # "aten" | "onednn"
     cpu: str
-    decode: str = "onednn"  # the decode products on the oneDNN route: "onednn" (packed weights) | "kernel"
+    decode: str = "aten"  # the chosen route's decode products: "aten" | "onednn" (packed weights) | "kernel"
     kernel_decode_s: float | None = None  # the kernel's share of a step's decode, when it was timed
-    onednn_decode_s: float | None = None  # oneDNN's, for comparison
+    onednn_decode_s: float | None = None  # oneDNN's packed weights', for comparison
+    aten_decode_s: float | None = None  # PyTorch's, for comparison
 
     @property
     def speedup(self) -> float:
@@ -134,14 +140,19 @@ def measure(
         for key, seconds in _shape_times(n, k, train_rows, decode_rows, kernel).items():
             total[key] = total.get(key, 0.0) + count * seconds
     scale = step_rows / train_rows
-    aten = total["aten_train"] * scale + total["aten_decode"] * decode_steps
-    onednn_decode = total["onednn_decode"] * decode_steps
     kernel_decode = total["kernel_decode"] * decode_steps if kernel else None
-    decode, decode_s = "onednn", onednn_decode
-    if kernel_decode is not None and kernel_decode <= (1.0 - MARGIN) * onednn_decode:
-        decode, decode_s = "kernel", kernel_decode
-    fast = total["onednn_train"] * scale + decode_s
-    return MatmulTiming(aten, fast, choose(aten, fast), cpu_name(), decode, kernel_decode, onednn_decode)
+    # each route: its training products plus its decode path (its own library's, or the kernel's)
+    routes = {}
+    for route in ("aten", "onednn"):
+        decode, decode_s = route, total[f"{route}_decode"] * decode_steps
+        if kernel_decode is not None and kernel_decode <= (1.0 - MARGIN) * decode_s:
+            decode, decode_s = "kernel", kernel_decode
+        routes[route] = (total[f"{route}_train"] * scale + decode_s, decode)
+    (aten, aten_path), (fast, onednn_path) = routes["aten"], routes["onednn"]
+    choice = choose(aten, fast)
+    decode = onednn_path if choice == "onednn" else aten_path
+    aten_decode, onednn_decode = total["aten_decode"] * decode_steps, total["onednn_decode"] * decode_steps
+    return MatmulTiming(aten, fast, choice, cpu_name(), decode, kernel_decode, onednn_decode, aten_decode)
 
 
 def _cache_file() -> Path:
@@ -154,7 +165,7 @@ def _key(shapes: Counter[tuple[int, int]], step_rows: int, decode_rows: int, dec
     dims = ",".join(f"{n}x{k}*{c}" for (n, k), c in sorted(shapes.items()))
     return (
         f"{cpu_name()}|torch {torch.__version__}|threads {torch.get_num_threads()}|{dims}"
-        f"|rows {step_rows}/{decode_rows}x{decode_steps}|decode kernel {kernel}"
+        f"|rows {step_rows}/{decode_rows}x{decode_steps}|decode kernel {kernel} on either route"
     )
 
 
@@ -186,7 +197,7 @@ def auto_choice(
     if timing.kernel_decode_s is not None:
         kernel_note = (
             f"; decode products through {timing.decode}: rlpost's kernel {timing.kernel_decode_s:.3f} s, "
-            f"oneDNN's packed weights {timing.onednn_decode_s:.3f} s per step"
+            f"oneDNN's packed weights {timing.onednn_decode_s:.3f} s, aten {timing.aten_decode_s:.3f} s per step"
         )
     logger.info(
         "train.cpu_matmul=auto -> %s on %s: a step's fp32 matmuls take %.3f s through aten, %.3f s through "

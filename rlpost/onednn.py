@@ -29,8 +29,6 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 import torch  # noqa: E402  (the cache sizes above are read when torch first runs a oneDNN op)
 import torch.nn.functional as F  # noqa: E402
 
-from rlpost import skinny_matmul  # noqa: E402
-
 
 def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x [M, K] @ weight[N, K]^T (+ bias [N])`` -> [M, N] by oneDNN."""
@@ -93,25 +91,13 @@ def _packed_forward(packed: torch.Tensor, bias: torch.Tensor | None, x: torch.Te
     return _matmul(flat, packed, bias).reshape(*x.shape[:-1], -1)
 
 
-def _kernel_forward(
-    packed: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, x: torch.Tensor
-) -> torch.Tensor:
-    rows = x.numel() // max(x.size(-1), 1)
-    if 0 < rows <= skinny_matmul.MAX_ROWS:
-        return skinny_matmul.linear(x, packed, weight.size(0), bias)
-    return _packed_forward(weight, bias, x)  # the prefill's many rows: oneDNN on the plain weight
-
-
 @contextmanager
-def packed_weights(model: torch.nn.Module, rows: int, kernel: bool = False):
+def packed_weights(model: torch.nn.Module, rows: int):
     """Within the block (inference only), every routed fp32 CPU linear multiplies by its weight reordered
     once into oneDNN's blocked layout for ``rows``-row inputs. Given a plain weight, oneDNN reorders it
     on every call; a decode step multiplies 8 rows by every weight, so that reorder would be most of the
-    cost. With ``kernel`` (``train.decode_kernel``), ``rows`` at most ``skinny_matmul.MAX_ROWS`` and the
-    kernel built here, the weights are packed for rlpost's compiled kernel instead (rlpost/skinny_matmul.py),
-    which multiplies every input of that many rows or fewer; longer ones (the prefill) go through oneDNN on
-    the plain weight. The packed copies (one model's worth of memory) are dropped on exit."""
-    use_kernel = kernel and rows <= skinny_matmul.MAX_ROWS and skinny_matmul.available()
+    cost. The packed copies (one model's worth of memory) are dropped on exit. (Generations of at most 16
+    rows can take rlpost's decode kernel instead: ``skinny_matmul.decode_weights``.)"""
     swapped = []
     with torch.no_grad():
         for module in model.modules():
@@ -123,11 +109,8 @@ def packed_weights(model: torch.nn.Module, rows: int, kernel: bool = False):
                 and weight.dtype == torch.float32
                 and weight.device.type == "cpu"
             ):
-                if use_kernel:
-                    module.forward = partial(_kernel_forward, skinny_matmul.pack(weight), weight, module.bias)
-                else:
-                    packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
-                    module.forward = partial(_packed_forward, packed, module.bias)
+                packed = torch.ops.mkldnn._reorder_linear_weight(weight.detach(), rows)
+                module.forward = partial(_packed_forward, packed, module.bias)
                 swapped.append((module, forward))
     try:
         yield len(swapped)

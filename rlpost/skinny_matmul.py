@@ -12,7 +12,13 @@ FMA) by ``torch.utils.cpp_extension`` into ``$RLPOST_CACHE/kernels`` (``~/.cache
 that hashes the source, the CPU's model and flags and the PyTorch version; about 25 s once per machine, then a load.
 PyTorch's build lock lets one process compile while others wait. Where there is no C++ compiler, no AVX2,
 or the build or its check against ``F.linear`` fails, ``available()`` is False with the reason logged once,
-and decode products stay on oneDNN.
+and decode products stay on the layers' own matmuls (oneDNN's packed weights or PyTorch's).
+
+``decode_weights(model)`` is how generation uses it: within the block, every fp32 ``nn.Linear`` multiplies
+inputs of at most ``MAX_ROWS`` rows through the kernel, and longer ones (the prefill) through its own forward,
+oneDNN's where ``train.cpu_matmul`` routed it (rlpost/onednn.py), PyTorch's where it did not. The kernel does
+not depend on that route: on a CPU where MKL's ``mm`` wins the training products, the decode steps can still
+stream the weights through the kernel (``train.cpu_matmul=auto`` times both, rlpost/matmul_choice.py).
 
 The sums run over k in order with one fused multiply-add per term: equal to ``F.linear`` to float rounding
 (about 1e-6 relative), not bitwise, like oneDNN (tests/unit/core/test_skinny_matmul.py).
@@ -25,6 +31,9 @@ import hashlib
 import logging
 import os
 import shutil
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from functools import partial
 from pathlib import Path
 from types import ModuleType
 
@@ -36,7 +45,7 @@ from rlpost.cpu_model import cpu_flags, cpu_name
 logger = logging.getLogger(__name__)
 
 SOURCE = Path(__file__).with_name("skinny_matmul.cpp")
-MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to oneDNN
+MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to the layer's own forward
 
 
 def _build() -> ModuleType:
@@ -89,7 +98,7 @@ def _load() -> tuple[ModuleType | None, str | None]:
             extension, reason = None, f"the build failed: {type(error).__name__}: {str(error)[-400:]}"
         if reason is None:
             return extension, None
-    logger.info("train.decode_kernel: not used (%s); decode products stay on oneDNN", reason)
+    logger.info("train.decode_kernel: not used (%s); decode products stay on the layers' own matmuls", reason)
     return None, reason
 
 
@@ -117,6 +126,50 @@ def linear(x: torch.Tensor, packed: torch.Tensor, n: int, bias: torch.Tensor | N
     if bias is not None:
         out += bias
     return out.reshape(*x.shape[:-1], n)
+
+
+def applies(rows: int) -> bool:
+    """The kernel can take a generation of ``rows`` rows here (within ``MAX_ROWS``, and built)."""
+    return 0 < rows <= MAX_ROWS and available()
+
+
+def _forward(
+    packed: torch.Tensor,
+    n: int,
+    bias: torch.Tensor | None,
+    own: Callable[[torch.Tensor], torch.Tensor],
+    x: torch.Tensor,
+) -> torch.Tensor:
+    rows = x.numel() // max(x.size(-1), 1)
+    if 0 < rows <= MAX_ROWS and x.dtype == torch.float32:
+        return linear(x, packed, n, bias)
+    return own(x)  # the prefill's many rows: the layer's own forward
+
+
+@contextmanager
+def decode_weights(model: torch.nn.Module) -> Iterator[int]:
+    """Within the block (inference only), every fp32 CPU ``nn.Linear`` of ``model`` multiplies inputs of at most
+    ``MAX_ROWS`` rows through the kernel on a packed copy of its weight, and longer inputs through its own
+    forward. Yields how many layers it took over; the packed copies (one model's worth of memory) are dropped
+    and the forwards restored on exit. Call only where ``available()``."""
+    swapped = []
+    with torch.no_grad():
+        for module in model.modules():
+            if not isinstance(module, torch.nn.Linear) or type(module) is not torch.nn.Linear:
+                continue  # subclasses (LoRA's, quantized ones) keep their own forward
+            weight = module.weight
+            if weight.dtype == torch.float32 and weight.device.type == "cpu":
+                instance_forward = module.__dict__.get("forward")  # oneDNN's route sets one (rlpost/onednn.py)
+                module.forward = partial(_forward, pack(weight), weight.size(0), module.bias, module.forward)
+                swapped.append((module, instance_forward))
+    try:
+        yield len(swapped)
+    finally:
+        for module, instance_forward in swapped:
+            if instance_forward is None:
+                del module.forward  # back to nn.Linear's own
+            else:
+                module.forward = instance_forward
 
 
 def _extension() -> ModuleType:

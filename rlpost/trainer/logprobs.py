@@ -115,12 +115,13 @@ class LogProbSeams(SeamBase):
         CPU in one process without DeepSpeed, where oneDNN is available, and only when it is faster on this
         machine for this model (timed once and cached, rlpost/matmul_choice.py). Returns whether it did.
         Sets ``_decode_kernel`` (``train.decode_kernel``; under ``auto`` only where the timing found rlpost's
-        decode kernel faster): whether generation's decode steps may use it (rlpost/skinny_matmul.py)."""
+        decode kernel faster than the chosen route's own decode, on either route): whether generation's decode
+        steps may use it (rlpost/skinny_matmul.py). ``cpu_matmul=aten`` keeps PyTorch's matmuls everywhere."""
         choice = self.run.settings.train.cpu_matmul
         single = self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled
         if choice == "aten" or not (single and self.accelerator.device.type == "cpu" and onednn.available()):
             return False
-        self._decode_kernel = self.run.settings.train.decode_kernel  # onednn.packed_weights' kernel path
+        kernel = self.run.settings.train.decode_kernel
         if choice == "auto":
             rows = self.args.generation_batch_size
             self.matmul_timing = auto_choice(
@@ -128,11 +129,13 @@ class LogProbSeams(SeamBase):
                 step_rows=rows * self.max_completion_length,
                 decode_rows=rows,
                 decode_steps=self.max_completion_length,
-                kernel=self._decode_kernel,
+                kernel=kernel,
             )
+            self._decode_kernel = self.matmul_timing.decode == "kernel"
             if self.matmul_timing.choice != "onednn":
                 return False
-            self._decode_kernel = self.matmul_timing.decode == "kernel"
+        else:
+            self._decode_kernel = kernel
         for model in (self.model, self.ref_model):
             if model is not None:
                 onednn.use_onednn_linears(self.accelerator.unwrap_model(model))

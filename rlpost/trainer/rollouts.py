@@ -18,7 +18,7 @@ from contextlib import ExitStack
 
 import torch
 
-from rlpost import onednn
+from rlpost import onednn, skinny_matmul
 from rlpost.kv_cache import preallocated_generation
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
@@ -81,8 +81,10 @@ class RolloutSeams(SeamBase):
             stack.enter_context(shared_prefix_generation(policy))
         if self.run.settings.train.kv_cache == "preallocated":
             stack.enter_context(preallocated_generation(policy))
-        if getattr(self, "_onednn", False):
-            stack.enter_context(onednn.packed_weights(policy, rows, kernel=getattr(self, "_decode_kernel", False)))
+        if getattr(self, "_decode_kernel", False) and skinny_matmul.applies(rows):
+            stack.enter_context(skinny_matmul.decode_weights(policy))
+        elif getattr(self, "_onednn", False):
+            stack.enter_context(onednn.packed_weights(policy, rows))
         return stack
 
     # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------

@@ -65,17 +65,48 @@ def test_decode_kernel_taken_by_its_own_margin_and_counted_in_the_estimate(monke
     monkeypatch.setattr(matmul_choice, "_shape_times", lambda n, k, train_rows, decode_rows, kernel: fake[(n, k)])
     shapes = Counter({(8, 4): 2, (4, 8): 1})
     timing = matmul_choice.measure(shapes, step_rows=512, decode_rows=8, decode_steps=100, kernel=True)
-    # decode per step: oneDNN (2*0.2 + 1*0.1) * 100 = 50, kernel (2*0.1 + 1*0.1) * 100 = 30 <= 0.95 * 50: kernel
-    # onednn route = training 6 + kernel decode 30 = 36; aten = 8 + 50 = 58 -> 36 <= 0.95 * 58: oneDNN
+    # decode per step: aten (2*0.1 + 1*0.3) * 100 = 50, oneDNN (2*0.2 + 1*0.1) * 100 = 50,
+    # kernel (2*0.1 + 1*0.1) * 100 = 30 <= 0.95 * 50 on both routes: each route decodes through the kernel
+    # onednn route = training 6 + kernel decode 30 = 36; aten route = 8 + 30 = 38 -> 36 <= 0.95 * 38 = 36.1: oneDNN
     assert timing.decode == "kernel" and timing.choice == "onednn"
     assert timing.kernel_decode_s == pytest.approx(30.0) and timing.onednn_decode_s == pytest.approx(50.0)
-    assert timing.onednn_s == pytest.approx(36.0) and timing.aten_s == pytest.approx(58.0)
+    assert timing.aten_decode_s == pytest.approx(50.0)
+    assert timing.onednn_s == pytest.approx(36.0) and timing.aten_s == pytest.approx(38.0)
     # the same step without the kernel: oneDNN's route 6 + 50 = 56 > 0.95 * 58 = 55.1: aten (as above)
     without = matmul_choice.measure(shapes, 512, 8, 100)
-    assert without.choice == "aten" and without.decode == "onednn" and without.kernel_decode_s is None
-    # a kernel only 4% faster at decode than oneDNN stays off: 0.192 * 2 + 0.096 = 0.48 per product, x100 = 48
+    assert without.choice == "aten" and without.decode == "aten" and without.kernel_decode_s is None
+    assert without.aten_s == pytest.approx(58.0) and without.onednn_s == pytest.approx(56.0)
+    # a kernel only 4% faster at decode than either route's own stays off: 0.192 * 2 + 0.096 = 0.48 per product,
+    # x100 = 48 > 0.95 * 50 = 47.5; the routes are then 58 and 56 again: aten, decoding through PyTorch
     fake[(8, 4)]["kernel_decode"], fake[(4, 8)]["kernel_decode"] = 0.192, 0.096
-    assert matmul_choice.measure(shapes, 512, 8, 100, kernel=True).decode == "onednn"
+    assert matmul_choice.measure(shapes, 512, 8, 100, kernel=True).decode == "aten"
+
+
+def test_decode_kernel_taken_on_the_aten_route_where_mkl_wins_the_training_products(monkeypatch):
+    """A CPU where oneDNN does not beat MKL's training products (the Intel Xeon of issue 23): the step keeps
+    aten, and its decode still goes through the kernel where that is faster than PyTorch's."""
+    fake = {
+        (8, 4): {
+            "aten_train": 1.0,
+            "onednn_train": 1.0,
+            "aten_decode": 0.2,
+            "onednn_decode": 0.2,
+            "kernel_decode": 0.1,
+        },
+        (4, 8): {
+            "aten_train": 2.0,
+            "onednn_train": 2.0,
+            "aten_decode": 0.1,
+            "onednn_decode": 0.1,
+            "kernel_decode": 0.1,
+        },
+    }
+    monkeypatch.setattr(matmul_choice, "_shape_times", lambda n, k, train_rows, decode_rows, kernel: fake[(n, k)])
+    timing = matmul_choice.measure(Counter({(8, 4): 2, (4, 8): 1}), 512, 8, 100, kernel=True)
+    # training on both routes (2*1 + 2) * 2 = 8; decode aten = oneDNN = (2*0.2 + 0.1) * 100 = 50,
+    # kernel (2*0.1 + 0.1) * 100 = 30 <= 47.5: both routes 8 + 30 = 38 -> 38 > 0.95 * 38: aten, decode kernel
+    assert timing.choice == "aten" and timing.decode == "kernel"
+    assert timing.aten_s == pytest.approx(38.0) and timing.onednn_s == pytest.approx(38.0)
 
 
 def test_shape_times_are_real_positive_timings_and_scale_a_sliced_weight(monkeypatch):
