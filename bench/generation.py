@@ -11,6 +11,9 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
   oneDNN with its weight packed once per call (the packing is inside the timed call);
 - ``+ decode kernel``: and rlpost's ``train.decode_kernel`` (rlpost/skinny_matmul.py): the decode steps'
   linears through rlpost's compiled kernel on its own packed weights (the prefill stays on oneDNN);
+- ``+ decode kernel on PyTorch's linears``: the kernel for the decode steps with the linears left on
+  PyTorch's ``mm`` (MKL), the prefill too: the route ``train.cpu_matmul=auto`` takes where MKL wins the
+  training products (the 2-core Intel Xeon of issue 23), which still decodes through the kernel;
 - ``lean loop``: a minimal prefill + decode loop (``logits_to_keep=1``, softmax, ``multinomial``), the
   same sampling ops in the same order, so with the same seed it must give the same tokens;
 - ``hf static``: ``cache_implementation="static"`` without compilation;
@@ -99,6 +102,10 @@ def main() -> None:
             for module in model.modules():
                 module.__dict__.pop("forward", None)
 
+    def shared_kernel(**extra):  # the kernel on plain nn.Linear layers: auto's aten route with the kernel
+        with shared_prefix_generation(model), skinny_matmul.decode_weights(model):
+            return hf(**extra)
+
     variants = [
         ("hf dynamic", lambda: hf(disable_compile=True)),
         ("hf dynamic, shared prefix", lambda: shared(disable_compile=True)),
@@ -107,6 +114,15 @@ def main() -> None:
             "hf dynamic, shared prefix + oneDNN packed + decode kernel",
             lambda: shared_onednn(True, disable_compile=True),
         ),
+    ]
+    if skinny_matmul.applies(enc.input_ids.size(0)):
+        variants.append(
+            (
+                "hf dynamic, shared prefix + decode kernel on PyTorch's linears",
+                lambda: shared_kernel(disable_compile=True),
+            )
+        )
+    variants += [
         ("lean loop", lambda: lean_generate(model, enc.input_ids, enc.attention_mask, args.max_new_tokens, eos, pad)),
         ("hf static", lambda: hf(cache_implementation="static", disable_compile=True)),
     ]
