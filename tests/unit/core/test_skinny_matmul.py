@@ -26,15 +26,19 @@ def _block() -> int:
     return skinny_matmul._extension().block()
 
 
-def test_pack_lays_each_block_k_major_and_pads_the_last_with_zeros():
+@pytest.mark.parametrize("k", [5, 67], ids=["k-below-one-8x8-tile", "k-8x8-tiles-past-one-64-column-tile-and-a-tail"])
+def test_pack_lays_each_block_k_major_and_pads_the_last_with_zeros(k):
     block = _block()
-    n, k = 2 * block + 3, 5
+    n = 2 * block + 3
     weight = torch.arange(n * k, dtype=torch.float32).reshape(n, k)
     packed = skinny_matmul.pack(weight)
     assert packed.shape == (3, k, block)  # ceil(n / block) blocks of [K, BLOCK]
     for b, i, j in [(0, 0, 0), (0, 4, block - 1), (1, 2, 7), (2, 3, 2)]:
         assert packed[b, i, j] == weight[b * block + j, i]  # packed[b, k, j] = W[b * BLOCK + j, k]
     assert packed[2, :, 3:].abs().sum() == 0  # the last block's rows beyond n are zeros
+    # every element: packed[b, i, j] = W[b * BLOCK + j, i], the zero rows appended to W
+    padded = torch.cat([weight, torch.zeros(3 * block - n, k)])
+    assert torch.equal(packed, padded.view(3, block, k).transpose(1, 2))
 
 
 @pytest.mark.parametrize("rows", [1, 2, 5, 8, 9, 13, 16])
