@@ -58,8 +58,8 @@ MARGIN = 0.05  # oneDNN must be 5% faster on the step estimate to be chosen
 class MatmulTiming:
     """Seconds per step estimate for each backend, and the choice they imply."""
 
-    aten_s: float
-    onednn_s: float  # oneDNN's training products plus the chosen decode path's
+    aten_s: float  # PyTorch's training products plus that route's decode path (its own, or the kernel)
+    onednn_s: float  # oneDNN's training products plus that route's decode path (packed weights, or the kernel)
     choice: str  # "aten" | "onednn"
     cpu: str
     decode: str = "aten"  # the chosen route's decode products: "aten" | "onednn" (packed weights) | "kernel"
