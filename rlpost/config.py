@@ -46,6 +46,8 @@ class TrainSettings:
     cpu_matmul: Literal["auto", "aten", "onednn"] = "auto"  # fp32 linears on CPU: PyTorch's (MKL) or oneDNN's
     # decode steps of up to 16 rows through rlpost's compiled kernel (rlpost/skinny_matmul.py) unless cpu_matmul=aten
     decode_kernel: bool = True
+    # with the decode kernel: a Llama/Qwen2 decode step as one C++ call per decoder layer (rlpost/fused_decode.py)
+    fused_decode: bool = True
     save_steps: Annotated[int, Range(ge=0, why="0 = only at the end")] = 0
     save_total_limit: Annotated[int, Range(ge=1)] = 2
 

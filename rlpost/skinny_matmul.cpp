@@ -10,7 +10,8 @@
 // registers hold accumulators at M = 8) or AVX2 with FMA (8 lanes, 3 vectors per block: the accumulators
 // spill to L1 at M = 8, yet on the 2-core AMD EPYC 3 vectors streamed at 29.6 GB/s against 22.0 with 2 and
 // 14.6 with 1; AVX-512 with 2-4 vectors all reached the plain read's rate, 32-33 GB/s).
-#include <torch/extension.h>
+#include "skinny_matmul.h"
+
 #include <ATen/Parallel.h>
 #include <immintrin.h>
 
@@ -41,7 +42,6 @@ static inline void vstream(float* p, vec v) { _mm256_stream_ps(p, v); }  // p 32
 #endif
 
 constexpr int64_t BLOCK = LANES * VECS;
-constexpr int MAX_ROWS = 16;
 
 int64_t block() { return BLOCK; }
 int64_t max_rows() { return MAX_ROWS; }
@@ -158,19 +158,26 @@ static void dispatch(std::integer_sequence<int, Ms...>, int64_t m, const float* 
   ((m == Ms + 1 ? rows_of<Ms + 1>(x, packed, y, k, n, b0, b1) : void()), ...);
 }
 
+void skinny_product(const float* x, int64_t m, int64_t k, const float* packed, int64_t n, float* y) {
+  at::parallel_for(0, (n + BLOCK - 1) / BLOCK, 1, [&](int64_t b0, int64_t b1) {
+    dispatch(std::make_integer_sequence<int, MAX_ROWS>{}, m, x, packed, y, k, n, b0, b1);
+  });
+}
+
+void check_packed(const torch::Tensor& packed, int64_t k, int64_t n) {
+  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.size(1) == k && packed.is_contiguous() &&
+                  packed.scalar_type() == torch::kFloat32,
+              "packed weight: contiguous fp32 [blocks, ", k, ", ", BLOCK, "]");
+  TORCH_CHECK(n > (packed.size(0) - 1) * BLOCK && n <= packed.size(0) * BLOCK, "packed weight: n does not fit");
+}
+
 torch::Tensor matmul(const torch::Tensor& x, const torch::Tensor& packed, int64_t n) {  // [M, K], packed -> [M, N]
   TORCH_CHECK(x.dim() == 2 && x.is_contiguous() && x.scalar_type() == torch::kFloat32, "matmul: contiguous fp32 x");
-  TORCH_CHECK(packed.dim() == 3 && packed.size(2) == BLOCK && packed.size(1) == x.size(1), "matmul: packed shape");
-  TORCH_CHECK(n > (packed.size(0) - 1) * BLOCK && n <= packed.size(0) * BLOCK, "matmul: n does not fit packed");
+  check_packed(packed, x.size(1), n);
   const int64_t m = x.size(0), k = x.size(1);
   TORCH_CHECK(m >= 1 && m <= MAX_ROWS, "matmul: 1 to ", MAX_ROWS, " rows, got ", m);
   auto y = torch::empty({m, n}, x.options());
-  const float* xp = x.data_ptr<float>();
-  const float* wp = packed.data_ptr<float>();
-  float* yp = y.data_ptr<float>();
-  at::parallel_for(0, packed.size(0), 1, [&](int64_t b0, int64_t b1) {
-    dispatch(std::make_integer_sequence<int, MAX_ROWS>{}, m, xp, wp, yp, k, n, b0, b1);
-  });
+  skinny_product(x.data_ptr<float>(), m, k, packed.data_ptr<float>(), n, y.data_ptr<float>());
   return y;
 }
 
@@ -179,4 +186,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("max_rows", &max_rows, "most rows one call takes");
   module.def("pack", &pack, "pack an fp32 [N, K] weight into column blocks");
   module.def("matmul", &matmul, "x [M, K] @ W^T from the packed weight -> [M, N]");
+  module.def("decoder_layer", &decoder_layer, "one Llama-style decoder layer of a decode step, in place");
 }

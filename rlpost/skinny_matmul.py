@@ -44,7 +44,8 @@ from rlpost.cpu_model import cpu_flags, cpu_name
 
 logger = logging.getLogger(__name__)
 
-SOURCE = Path(__file__).with_name("skinny_matmul.cpp")
+SOURCES = [Path(__file__).with_name(name) for name in ("skinny_matmul.cpp", "decode_layer.cpp")]
+HEADER = Path(__file__).with_name("skinny_matmul.h")
 MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to the layer's own forward
 
 
@@ -56,7 +57,8 @@ def _build() -> ModuleType:
     from rlpost.bundled_models import cache_dir
 
     # -march=native code runs only where its instructions exist: the build is keyed by the CPU's flags too
-    key = f"{SOURCE.read_text()}|{cpu_name()}|{cpu_flags()}|{torch.__version__}"
+    code = "".join(path.read_text() for path in [*SOURCES, HEADER])
+    key = f"{code}|{cpu_name()}|{cpu_flags()}|{torch.__version__}"
     digest = hashlib.sha1(key.encode()).hexdigest()[:12]
     name = f"rlpost_skinny_matmul_{digest}"
     build = cache_dir() / "kernels" / name
@@ -65,7 +67,13 @@ def _build() -> ModuleType:
     path = os.environ.get("PATH", "")
     os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])  # the ninja wheel's binary, venv not activated
     try:
-        return load(name, [str(SOURCE)], extra_cflags=flags, extra_ldflags=["-fopenmp"], build_directory=str(build))
+        return load(
+            name,
+            [str(path) for path in SOURCES],
+            extra_cflags=flags,
+            extra_ldflags=["-fopenmp"],
+            build_directory=str(build),
+        )
     finally:
         os.environ["PATH"] = path
 
@@ -147,12 +155,13 @@ def _forward(
 
 
 @contextmanager
-def decode_weights(model: torch.nn.Module) -> Iterator[int]:
+def decode_weights(model: torch.nn.Module) -> Iterator[dict[torch.nn.Module, torch.Tensor]]:
     """Within the block (inference only), every fp32 CPU ``nn.Linear`` of ``model`` multiplies inputs of at most
     ``MAX_ROWS`` rows through the kernel on a packed copy of its weight, and longer inputs through its own
-    forward. Yields how many layers it took over; the packed copies (one model's worth of memory) are dropped
-    and the forwards restored on exit. Call only where ``available()``."""
-    swapped = []
+    forward. Yields the layers it took over with their packed weights (what rlpost/fused_decode.py runs whole
+    layers on); the packed copies (one model's worth of memory) are dropped and the forwards restored on exit.
+    Call only where ``available()``."""
+    swapped, packed = [], {}
     with torch.no_grad():
         for module in model.modules():
             if not isinstance(module, torch.nn.Linear) or type(module) is not torch.nn.Linear:
@@ -160,10 +169,11 @@ def decode_weights(model: torch.nn.Module) -> Iterator[int]:
             weight = module.weight
             if weight.dtype == torch.float32 and weight.device.type == "cpu":
                 instance_forward = module.__dict__.get("forward")  # oneDNN's route sets one (rlpost/onednn.py)
-                module.forward = partial(_forward, pack(weight), weight.size(0), module.bias, module.forward)
+                packed[module] = pack(weight)
+                module.forward = partial(_forward, packed[module], weight.size(0), module.bias, module.forward)
                 swapped.append((module, instance_forward))
     try:
-        yield len(swapped)
+        yield packed
     finally:
         for module, instance_forward in swapped:
             if instance_forward is None:

@@ -19,6 +19,7 @@ from contextlib import ExitStack
 import torch
 
 from rlpost import onednn, skinny_matmul
+from rlpost.fused_decode import fused_decoding
 from rlpost.kv_cache import preallocated_generation
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
@@ -72,7 +73,8 @@ class RolloutSeams(SeamBase):
         """TRL's transformers generation (not vLLM) with ``train.shared_prefix`` (each distinct prompt
         prefilled once), ``train.kv_cache=preallocated`` (entered last: the shared prefill fills its cache)
         and, with oneDNN linears, their weights packed once for the whole call (for rlpost's decode kernel
-        where ``_decode_kernel``, rlpost/skinny_matmul.py)."""
+        where ``_decode_kernel``, rlpost/skinny_matmul.py, with whole decode steps fused under
+        ``train.fused_decode``, rlpost/fused_decode.py)."""
         stack = ExitStack()
         if self.use_vllm:
             return stack
@@ -82,7 +84,9 @@ class RolloutSeams(SeamBase):
         if self.run.settings.train.kv_cache == "preallocated":
             stack.enter_context(preallocated_generation(policy))
         if getattr(self, "_decode_kernel", False) and skinny_matmul.applies(rows):
-            stack.enter_context(skinny_matmul.decode_weights(policy))
+            packed = stack.enter_context(skinny_matmul.decode_weights(policy))
+            if self.run.settings.train.fused_decode:
+                stack.enter_context(fused_decoding(policy, packed))
         elif getattr(self, "_onednn", False):
             stack.enter_context(onednn.packed_weights(policy, rows))
         return stack

@@ -82,11 +82,11 @@ def test_decode_weights_route_decode_rows_to_the_kernel_and_the_prefill_to_the_l
     with torch.no_grad():
         reference = [model(input_ids=ids).logits for ids in (prefill, decode)]
         with skinny_matmul.decode_weights(model) as swapped:
-            assert swapped == sum(type(m) is torch.nn.Linear for m in model.modules())
+            assert len(swapped) == sum(type(m) is torch.nn.Linear for m in model.modules())
             long_out = model(input_ids=prefill).logits  # 20 rows > 16: the layer's own (oneDNN or PyTorch)
             assert calls == []
             short_out = model(input_ids=decode).logits  # 4 rows: every linear through the kernel
-            assert len(calls) == swapped and all(shape[:-1] == (4, 1) for shape in calls)
+            assert len(calls) == len(swapped) and all(shape[:-1] == (4, 1) for shape in calls)
     torch.testing.assert_close(long_out, reference[0], rtol=1e-4, atol=1e-4)
     torch.testing.assert_close(short_out, reference[1], rtol=1e-4, atol=1e-4)
     linears = [m for m in model.modules() if type(m) is torch.nn.Linear]
