@@ -187,4 +187,5 @@ PYBIND11_MODULE(TORCH_EXTENSION_NAME, module) {
   module.def("pack", &pack, "pack an fp32 [N, K] weight into column blocks");
   module.def("matmul", &matmul, "x [M, K] @ W^T from the packed weight -> [M, N]");
   module.def("decoder_layer", &decoder_layer, "one Llama-style decoder layer of a decode step, in place");
+  module.def("multinomial_one", &multinomial_one, "torch.multinomial(probs, 1), its draw's transform on every core");
 }

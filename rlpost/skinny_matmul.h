@@ -1,4 +1,5 @@
-// Shared by skinny_matmul.cpp (the decode kernel) and decode_layer.cpp (a whole decoder layer of a decode step).
+// Shared by skinny_matmul.cpp (the decode kernel, and the module's bindings), decode_layer.cpp (a whole decoder
+// layer of a decode step) and sampling.cpp (torch.multinomial's one-sample draw on every core).
 #pragma once
 #include <torch/extension.h>
 
@@ -20,3 +21,7 @@ void decoder_layer(torch::Tensor hidden, const std::vector<torch::Tensor>& packe
                    const torch::Tensor& norm2, double eps, const torch::Tensor& cos, const torch::Tensor& sin,
                    torch::Tensor keys, torch::Tensor values, int64_t length, const torch::Tensor& visible,
                    int64_t heads, int64_t intermediate, double scaling);
+
+// torch.multinomial(probs, 1) for fp32 probs [B, V], bitwise PyTorch's (sampling.cpp); [0, 1] where PyTorch would
+// refuse the input (nothing drawn).
+torch::Tensor multinomial_one(const torch::Tensor& probs);

@@ -44,7 +44,7 @@ from rlpost.cpu_model import cpu_flags, cpu_name
 
 logger = logging.getLogger(__name__)
 
-SOURCES = [Path(__file__).with_name(name) for name in ("skinny_matmul.cpp", "decode_layer.cpp")]
+SOURCES = [Path(__file__).with_name(name) for name in ("skinny_matmul.cpp", "decode_layer.cpp", "sampling.cpp")]
 HEADER = Path(__file__).with_name("skinny_matmul.h")
 MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to the layer's own forward
 

@@ -20,6 +20,7 @@ import torch
 
 from rlpost import onednn, skinny_matmul
 from rlpost.fused_decode import fused_decoding
+from rlpost.parallel_sampling import parallel_multinomial
 from rlpost.kv_cache import preallocated_generation
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
@@ -85,6 +86,7 @@ class RolloutSeams(SeamBase):
             stack.enter_context(preallocated_generation(policy))
         if getattr(self, "_decode_kernel", False) and skinny_matmul.applies(rows):
             packed = stack.enter_context(skinny_matmul.decode_weights(policy))
+            stack.enter_context(parallel_multinomial())  # the sampling draw on every core, bitwise PyTorch's
             if self.run.settings.train.fused_decode:
                 stack.enter_context(fused_decoding(policy, packed))
         elif getattr(self, "_onednn", False):
