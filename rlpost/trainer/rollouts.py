@@ -20,8 +20,8 @@ import torch
 
 from rlpost import onednn, skinny_matmul
 from rlpost.fused_decode import fused_decoding
-from rlpost.parallel_sampling import parallel_multinomial
 from rlpost.kv_cache import preallocated_generation
+from rlpost.parallel_sampling import parallel_multinomial
 from rlpost.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
 from rlpost.trainer.seam_base import SeamBase
