@@ -13,7 +13,7 @@ this way when all of it applies, and calls the model's own forward otherwise:
   attention in every layer (no sliding window), every linear of every layer and the head packed (no LoRA
   layers: PEFT's wrap their own forward);
 - the call: one new token per row (``input_ids [B, 1]``, B within the kernel's rows), a 2-D attention mask
-  over the cached positions and the new one, ``position_ids`` given (HF's ``generate`` passes them), every
+  over the cached positions and the new one or none (no padding), ``position_ids`` given (HF's ``generate`` passes them), every
   layer's cache a ``PreallocatedLayer`` already filled to the same length, no attentions or hidden states
   asked for, and no gradient.
 The prefill, other models and other caches run HF's forward, decode products still through the kernel.
@@ -118,7 +118,7 @@ def _decode_call(model, layers: list[FusedLayer], kwargs: dict) -> DynamicCache 
     length = cache.layers[0].length
     if any(layer.length != length or layer._keys.size(0) != rows for layer in cache.layers):
         return None
-    if mask is None or tuple(mask.shape) != (rows, length + 1):
+    if mask is not None and tuple(mask.shape) != (rows, length + 1):
         return None
     return cache
 
@@ -132,7 +132,9 @@ def _forward(model, layers: list[FusedLayer], own, *args, **kwargs):
     hidden = base.embed_tokens(kwargs["input_ids"])[:, 0].contiguous()  # [B, D]
     cos, sin = base.rotary_emb(hidden[:, None], kwargs["position_ids"])  # [B, 1, head_dim] each
     cos, sin = cos[:, 0].float().contiguous(), sin[:, 0].float().contiguous()
-    visible = kwargs["attention_mask"].bool().contiguous()  # [B, length + 1]
+    mask = kwargs.get("attention_mask")  # None: no padding, every cached position visible (HF's causal mask)
+    length = cache.layers[0].length
+    visible = torch.ones(hidden.size(0), length + 1, dtype=torch.bool) if mask is None else mask.bool().contiguous()
     extension = skinny_matmul._extension()
     for layer, cached in zip(layers, cache.layers):
         if cached.length >= cached._keys.size(2):

@@ -110,6 +110,25 @@ def test_fused_steps_under_the_shared_prefix_with_grouped_rows(layer_calls):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
 
 
+def test_prompts_without_padding_pass_no_mask_and_still_fuse(layer_calls):
+    """With no prompt padded, generate() passes the decode steps no attention mask: every cached position is
+    visible."""
+    model = _model("llama")
+    ids = torch.tensor([[5, 6, 7, 8], [9, 10, 11, 12]])
+    outs = []
+    with torch.no_grad():
+        for fused in (False, True):
+            with preallocated_generation(model), skinny_matmul.decode_weights(model) as packed:
+                with fused_decode.fused_decoding(model, packed) if fused else nullcontext():
+                    outs.append(model.generate(input_ids=ids, attention_mask=torch.ones_like(ids), pad_token_id=0,
+                                               max_new_tokens=5, do_sample=False,
+                                               output_logits=True, return_dict_in_generate=True))  # fmt: skip
+    assert layer_calls == [2] * (4 * 2)
+    assert torch.equal(outs[0].sequences, outs[1].sequences)
+    for a, b in zip(outs[0].logits, outs[1].logits, strict=True):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-5)
+
+
 def test_a_full_cache_grows_and_the_step_still_matches():
     """A cache filled to its capacity by the prefill: the fused step doubles the buffers, as the layer would."""
     model = _model("llama")
