@@ -9,7 +9,9 @@ script measures, for SmolLM2-135M in fp32 with ``rows`` rows at a context of ``-
 - ``step``: a decode loop of ``--steps`` single-token forwards (``logits_to_keep=1``) after a prefill of
   ``--context`` positions, the KV cache growing as in generation, per step; PyTorch's linears,
   oneDNN's (weights packed once: rlpost/onednn.py) and, up to 16 rows, rlpost's decode kernel
-  (``train.decode_kernel``, rlpost/skinny_matmul.py), median of ``--reps`` loops;
+  (``train.decode_kernel``, rlpost/skinny_matmul.py) and rlpost's fused step (``train.fused_decode``:
+  one compiled call per decoder layer on the kernel's products, the preallocated cache,
+  rlpost/fused_decode.py), median of ``--reps`` loops;
 - ``linears only``: the same step's matrix products alone (every ``nn.Linear`` and the head on a
   ``[rows, K]`` input, back to back): the floor the kernels set at this row count;
 - ``read weights``: summing every weight tensor (a pure read of the same bytes, no arithmetic to speak of);
@@ -48,16 +50,19 @@ def median_time(fn, reps: int) -> float:
     return statistics.median(times)
 
 
-def decode_loop(model, ids: torch.Tensor, steps: int, reps: int) -> float:
+def decode_loop(model, ids: torch.Tensor, steps: int, reps: int, preallocated: bool = False) -> float:
     """Median seconds per decode step over ``reps`` loops of ``steps`` single-token forwards, each loop
-    after a fresh (untimed) prefill of ``ids [rows, context]``: the KV cache grows as in generation."""
+    after a fresh (untimed) prefill of ``ids [rows, context]``: the KV cache grows as in generation (HF's
+    dynamic cache, or rlpost's preallocated one: what the fused step writes into)."""
     from transformers import DynamicCache
+
+    from rlpost.kv_cache import PreallocatedCache
 
     rows, context = ids.shape
     token = ids[:, -1:]
     times = []
     for _ in range(reps + 1):  # the first loop warms up
-        cache = DynamicCache()
+        cache = PreallocatedCache(context + steps) if preallocated else DynamicCache()
         model(input_ids=ids, past_key_values=cache, logits_to_keep=1)
         t = time.perf_counter()
         for k in range(steps):
@@ -103,6 +108,7 @@ def main() -> None:
     from rlpost import onednn, skinny_matmul
     from rlpost.app import compose
     from rlpost.build import build_run
+    from rlpost.fused_decode import fused_decoding
     from rlpost.models import load_model
 
     run = build_run(compose([]))
@@ -121,10 +127,11 @@ def main() -> None:
         f"context {args.context}\n"
     )
     print(
-        "| rows | bound ms | step ms (aten) | step ms (oneDNN packed) | step ms (rlpost kernel) | linears only ms "
-        "(oneDNN) | linears only ms (kernel) | read weights ms | % of bound: step (oneDNN) | step (kernel) "
-        "| linears only (oneDNN) | linears only (kernel) | read weights | tok/s at the fastest step |\n"
-        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
+        "| rows | bound ms | step ms (aten) | step ms (oneDNN packed) | step ms (rlpost kernel) | step ms (fused) "
+        "| linears only ms (oneDNN) | linears only ms (kernel) | read weights ms | % of bound: step (oneDNN) "
+        "| step (kernel) | step (fused) | linears only (oneDNN) | linears only (kernel) | read weights "
+        "| tok/s at the fastest step |\n"
+        "|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|"
     )
     kernel = skinny_matmul.available()
     if not kernel:
@@ -142,10 +149,12 @@ def main() -> None:
             linear_s = median_time(
                 partial(products, [(x[w.shape[1]], pw) for w, pw in zip(linears, packed)]), args.reps
             )
-            kernel_s = kernel_linear_s = float("nan")
+            kernel_s = kernel_linear_s = fused_s = float("nan")
             if kernel and rows <= skinny_matmul.MAX_ROWS:
-                with skinny_matmul.decode_weights(model):  # the prefill on the routed oneDNN linears
+                with skinny_matmul.decode_weights(model) as kernel_packed:  # the prefill on the routed oneDNN linears
                     kernel_s = decode_loop(model, ids, args.steps, args.reps)
+                    with fused_decoding(model, kernel_packed):
+                        fused_s = decode_loop(model, ids, args.steps, args.reps, preallocated=True)
                 triples = [(x[w.shape[1]], skinny_matmul.pack(w), w.shape[0]) for w in linears]
                 kernel_linear_s = median_time(partial(kernel_products, triples), args.reps)
         finally:
@@ -153,12 +162,13 @@ def main() -> None:
                 module.__dict__.pop("forward", None)
         context = args.context + args.steps / 2  # mean cached positions over the loop
         bound = (weight_bytes + rows * context * kv_per_position) / (bandwidth * 1e9)
-        fastest = min(s for s in (onednn_s, kernel_s) if s == s)  # NaN where the kernel did not run
+        fastest = min(s for s in (onednn_s, kernel_s, fused_s) if s == s)  # NaN where the kernel did not run
 
         print(
             f"| {rows} | {1e3 * bound:.1f} | {1e3 * aten_s:.1f} | {1e3 * onednn_s:.1f} | {1e3 * kernel_s:.1f} | "
-            f"{1e3 * linear_s:.1f} | {1e3 * kernel_linear_s:.1f} | {1e3 * read_s:.1f} | {pct(bound, onednn_s)} | "
-            f"{pct(bound, kernel_s)} | {pct(bound, linear_s)} | {pct(bound, kernel_linear_s)} | {pct(bound, read_s)} | {rows / fastest:.0f} |",
+            f"{1e3 * fused_s:.1f} | {1e3 * linear_s:.1f} | {1e3 * kernel_linear_s:.1f} | {1e3 * read_s:.1f} | "
+            f"{pct(bound, onednn_s)} | {pct(bound, kernel_s)} | {pct(bound, fused_s)} | {pct(bound, linear_s)} | "
+            f"{pct(bound, kernel_linear_s)} | {pct(bound, read_s)} | {rows / fastest:.0f} |",
             flush=True,
         )
         if rows == args.profile_rows:

@@ -138,8 +138,10 @@ void decoder_layer(torch::Tensor hidden, const std::vector<torch::Tensor>& packe
       float top = -std::numeric_limits<float>::infinity();
       for (int64_t j = 0; j < positions; ++j) {
         float dot = 0.0f;
-        if (mask[j])
+        if (mask[j]) {
+#pragma omp simd reduction(+ : dot)
           for (int64_t i = 0; i < hd; ++i) dot += qv[i] * kr[j * hd + i];
+        }
         weights[j] = mask[j] ? dot * scale : -std::numeric_limits<float>::infinity();
         top = std::max(top, weights[j]);
       }
@@ -161,7 +163,9 @@ void decoder_layer(torch::Tensor hidden, const std::vector<torch::Tensor>& packe
   rms_norm(h, norm2.data_ptr<float>(), x, rows, d, static_cast<float>(eps));
   product(x, rows, d, packed[4], biases[4], intermediate, gate);
   product(x, rows, d, packed[5], biases[5], intermediate, up);
-  for (int64_t i = 0; i < rows * intermediate; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  at::parallel_for(0, rows * intermediate, 2048, [&](int64_t i0, int64_t i1) {
+    for (int64_t i = i0; i < i1; ++i) gate[i] = gate[i] / (1.0f + std::exp(-gate[i])) * up[i];
+  });
   product(gate, rows, intermediate, packed[6], biases[6], d, x);
   for (int64_t i = 0; i < rows * d; ++i) h[i] += x[i];
 }
