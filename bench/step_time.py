@@ -118,6 +118,11 @@ def parse_args(argv=None) -> argparse.Namespace:
     p.add_argument(
         "--trl-variants", default=",".join(TRL_VARIANTS), help=f"plain-TRL configurations: {', '.join(TRL_VARIANTS)}"
     )
+    p.add_argument(
+        "--long-shapes",
+        default=",".join(f"{n}x{c}" for n, c in LONG_SHAPES),
+        help="the long suite's shapes, max new tokens x completions per step (e.g. 256x8)",
+    )
     p.add_argument("--algorithm", default="grpo", choices=list(TRL_EQUIVALENT), help="the trl suite's algorithm")
     p.add_argument("--threads", type=int, default=0, help="torch threads in each run (0: torch's default)")
     p.add_argument("--hardware", default="cpu", choices=["cpu", "gpu"], help="hardware profile of every run")
@@ -129,6 +134,7 @@ def parse_args(argv=None) -> argparse.Namespace:
     args = p.parse_args(argv)
     args.suites = [s.strip() for s in args.suites.split(",") if s.strip()]
     args.trl_variants = [s.strip() for s in args.trl_variants.split(",") if s.strip()]
+    args.long_shapes = [tuple(int(x) for x in s.split("x")) for s in args.long_shapes.split(",") if s.strip()]
     unknown = [s for s in args.suites if s not in SUITES]
     if unknown or args.steps <= args.warmup:
         p.error(
@@ -165,7 +171,7 @@ def long_suite(args) -> list[dict]:
     """The trl suite at reasoning lengths: 8 completions of up to 256 tokens and 4 of up to 1024, on a
     prompt that asks for the working (``STEP_BY_STEP``), so the completions do get long."""
     variants = []
-    for length, per_step in LONG_SHAPES:
+    for length, per_step in args.long_shapes:
         for v in trl_suite(args, length=length, per_step=per_step, template=STEP_BY_STEP):
             tag = f"{per_step} x {length}: "
             base = v.get("base")
