@@ -11,6 +11,10 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
   oneDNN with its weight packed once per call (the packing is inside the timed call);
 - ``+ decode kernel``: and rlpost's ``train.decode_kernel`` (rlpost/skinny_matmul.py): the decode steps'
   linears through rlpost's compiled kernel on its own packed weights (the prefill stays on oneDNN);
+- ``+ preallocated cache, fused decode steps, parallel sampling draw``: rlpost's defaults on top of the
+  kernel: the KV cache written in place (``train.kv_cache``, rlpost/kv_cache.py), each decode step one
+  compiled call per decoder layer (``train.fused_decode``, rlpost/fused_decode.py) and ``torch.multinomial``'s
+  draw on every core (rlpost/parallel_sampling.py);
 - ``+ decode kernel on PyTorch's linears``: the kernel for the decode steps with the linears left on
   PyTorch's ``mm`` (MKL), the prefill too: the route ``train.cpu_matmul=auto`` takes where MKL wins the
   training products (the 2-core Intel Xeon of issue 23), which still decodes through the kernel;
@@ -66,7 +70,10 @@ def main() -> None:
     from rlpost.app import compose
     from rlpost.build import build_run
     from rlpost.data import load_datasets
+    from rlpost.fused_decode import fused_decoding
+    from rlpost.kv_cache import preallocated_generation
     from rlpost.models import load_model, load_tokenizer
+    from rlpost.parallel_sampling import parallel_multinomial
     from rlpost.prefix_generation import shared_prefix_generation
 
     run = build_run(compose([]))
@@ -102,6 +109,16 @@ def main() -> None:
             for module in model.modules():
                 module.__dict__.pop("forward", None)
 
+    def fused(**extra):  # rlpost's defaults: + preallocated cache, fused decode steps, the draw on every core
+        onednn.use_onednn_linears(model)
+        try:
+            with shared_prefix_generation(model), preallocated_generation(model), parallel_multinomial():
+                with skinny_matmul.decode_weights(model) as packed, fused_decoding(model, packed):
+                    return hf(**extra)
+        finally:
+            for module in model.modules():
+                module.__dict__.pop("forward", None)
+
     def shared_kernel(**extra):  # the kernel on plain nn.Linear layers: auto's aten route with the kernel
         with shared_prefix_generation(model), skinny_matmul.decode_weights(model):
             return hf(**extra)
@@ -116,6 +133,13 @@ def main() -> None:
         ),
     ]
     if skinny_matmul.applies(enc.input_ids.size(0)):
+        variants.append(
+            (
+                "hf dynamic, shared prefix + oneDNN packed + decode kernel + preallocated cache, fused decode steps, "
+                "parallel sampling draw (rlpost's defaults)",
+                lambda: fused(disable_compile=True),
+            )
+        )
         variants.append(
             (
                 "hf dynamic, shared prefix + decode kernel on PyTorch's linears",
