@@ -15,7 +15,7 @@ this way when all of it applies, and calls the model's own forward otherwise:
 - the call: one new token per row (``input_ids [B, 1]``, B within the kernel's rows), a 2-D attention mask
   over the cached positions and the new one or none (no padding), ``position_ids`` given (HF's ``generate`` passes them), every
   layer's cache a ``PreallocatedLayer`` already filled to the same length, no attentions or hidden states
-  asked for, and no gradient.
+  asked for, no gradient, and no attention dropout (a model in training mode with ``attention_dropout``).
 The prefill, other models and other caches run HF's forward, decode products still through the kernel.
 
 The step computes what HF's layers compute, in float, with some sums in another order (the products, the
@@ -107,6 +107,8 @@ def _decode_call(model, layers: list[FusedLayer], kwargs: dict) -> DynamicCache 
     if not set(kwargs) <= HONOURED or kwargs.get("output_attentions") or kwargs.get("output_hidden_states"):
         return None
     if torch.is_grad_enabled() or ids is None or ids.dim() != 2 or ids.size(1) != 1:
+        return None
+    if model.training and getattr(model.config, "attention_dropout", 0.0):  # HF's forward would drop attention
         return None
     rows = ids.size(0)
     if not 0 < rows <= skinny_matmul.MAX_ROWS or positions is None or tuple(positions.shape) != (rows, 1):

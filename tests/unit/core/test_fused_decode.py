@@ -175,6 +175,14 @@ def test_calls_it_cannot_take_run_the_models_own_forward(layer_calls):
                 model(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1),
                       position_ids=positions[:, -1:] + 1, cache=cache, use_cache=True)  # fmt: skip
             assert layer_calls == [3, 3]
+            # in training mode with attention dropout, HF's forward (which drops attention weights)
+            model.train()
+            model.config.attention_dropout = 0.1
+            with torch.no_grad():
+                cache.crop(-1)
+                model(input_ids=ids[:, -1:], attention_mask=torch.cat([mask, mask[:, -1:]], 1),
+                      position_ids=positions[:, -1:] + 1, cache=cache, use_cache=True)  # fmt: skip
+            assert layer_calls == [3, 3]
 
 
 def test_models_it_does_not_cover_are_left_alone():
