@@ -118,7 +118,7 @@ def _decode_call(model, layers: list[FusedLayer], kwargs: dict) -> DynamicCache 
     if not all(isinstance(layer, PreallocatedLayer) and layer.is_initialized for layer in cache.layers):
         return None
     length = cache.layers[0].length
-    if any(layer.length != length or layer._keys.size(0) != rows for layer in cache.layers):
+    if any(layer.length != length or layer.keys.size(0) != rows for layer in cache.layers):
         return None
     if mask is not None and tuple(mask.shape) != (rows, length + 1):
         return None
@@ -139,15 +139,12 @@ def _forward(model, layers: list[FusedLayer], own, *args, **kwargs):
     visible = torch.ones(hidden.size(0), length + 1, dtype=torch.bool) if mask is None else mask.bool().contiguous()
     extension = skinny_matmul._extension()
     for layer, cached in zip(layers, cache.layers):
-        if cached.length >= cached._keys.size(2):
-            cached._grow(cached.length + 1)
+        keys, values, position = cached.next_position()
         extension.decoder_layer(
-            hidden, layer.packed, layer.biases, layer.norm1, layer.norm2, layer.eps, cos, sin,
-            cached._keys, cached._values, cached.length, visible,
-            config.num_attention_heads, config.intermediate_size, layer.scaling,
+            hidden, layer.packed, layer.biases, layer.norm1, layer.norm2, layer.eps, cos, sin, keys, values,
+            position, visible, config.num_attention_heads, config.intermediate_size, layer.scaling,
         )  # fmt: skip
-        cached.length += 1
-        cached._expose()
+        cached.advance()
     logits = model.lm_head(base.norm(hidden)[:, None])  # [B, 1, V]: the head's packed weight (decode_weights)
     return CausalLMOutputWithPast(logits=logits, cache=cache)
 

@@ -70,6 +70,19 @@ class PreallocatedLayer(DynamicLayer):
         self._expose()
         return self.keys, self.values
 
+    def next_position(self) -> tuple[torch.Tensor, torch.Tensor, int]:
+        """The buffers ``[B, kv_heads, capacity, head_dim]`` and the position the next token's keys and values
+        go to, with room for it (a full layer doubles first): for writers of their own (rlpost/fused_decode.py),
+        who then call ``advance()``."""
+        if self.length >= self._keys.size(2):
+            self._grow(self.length + 1)
+        return self._keys, self._values, self.length
+
+    def advance(self) -> None:
+        """One more position filled (written into the buffers from ``next_position``)."""
+        self.length += 1
+        self._expose()
+
     def _select_rows(self, index: torch.Tensor) -> None:
         """Keep the buffer rows ``index [B']`` (a reorder, selection or repetition): only the filled part is copied."""
         index = index.to(self._keys.device)

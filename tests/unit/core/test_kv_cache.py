@@ -44,6 +44,19 @@ def test_layer_grows_past_its_capacity_keeping_what_it_holds():
     assert layer._keys.size(2) == 6 and torch.equal(keys, _states(1, 6, 0))
 
 
+def test_a_writer_of_its_own_gets_the_next_position_with_room_for_it():
+    """next_position/advance (rlpost/fused_decode.py's path): the same buffers and exposure as update()."""
+    layer = PreallocatedLayer(capacity=2)
+    layer.update(_states(2, 2, 0), -_states(2, 2, 0))  # full
+    keys, values, position = layer.next_position()  # doubles first, keeping positions 0-1
+    assert position == 2 and keys.shape == (2, 1, 4, 2) and keys is layer._keys
+    keys[:, :, position], values[:, :, position] = _states(2, 1, 2)[:, :, 0], -_states(2, 1, 2)[:, :, 0]
+    assert layer.get_seq_length() == 2  # nothing exposed until advance()
+    layer.advance()
+    assert layer.get_seq_length() == 3
+    assert torch.equal(layer.keys, _states(2, 3, 0)) and torch.equal(layer.values, -_states(2, 3, 0))
+
+
 def test_row_operations_and_crop_match_the_dynamic_layer():
     """reorder (the shared prefix expands distinct prompts to rows), selection, repetition and crop give
     the keys HF's DynamicCache gives for the same calls."""
