@@ -10,7 +10,9 @@ rows' M x BLOCK accumulators in registers; it runs at the plain read's rate (ben
 The kernel is compiled on first use for the host's instruction set (``-march=native``: AVX-512 or AVX2 with
 FMA) by ``torch.utils.cpp_extension`` into ``$RLPOST_CACHE/kernels`` (``~/.cache/rlpost``), under a name
 that hashes the source, the CPU's model and flags and the PyTorch version; about 25 s once per machine, then a load.
-PyTorch's build lock lets one process compile while others wait. Where there is no C++ compiler, no AVX2,
+PyTorch's build lock lets one process compile while others wait. The same extension holds rlpost's other
+decode-time code: a whole decoder layer of a decode step (``decode_layer.cpp``, rlpost/fused_decode.py) and
+``torch.multinomial``'s one-sample draw on every core (``sampling.cpp``, rlpost/parallel_sampling.py). Where there is no C++ compiler, no AVX2,
 or the build or its check against ``F.linear`` fails, ``available()`` is False with the reason logged once,
 and decode products stay on the layers' own matmuls (oneDNN's packed weights or PyTorch's).
 
