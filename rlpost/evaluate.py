@@ -31,6 +31,7 @@ from rlpost.correctness import Correctness
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
 from rlpost.kv_cache import preallocated_generation
+from rlpost.rewards.base import completion_text
 from rlpost.rewards.group import extract_answer
 
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
@@ -62,7 +63,8 @@ def evaluate(
     with ``env`` each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote,
     and the environment's counts are reported per episode (``eval/env/*``). ``items``, when given, receives
     one row per held-out prompt, ``{"index", "reward"}`` plus, with a criterion, ``"score"`` (the criterion
-    term's score) and ``"correct"`` (None when unscorable): what ``rlpost compare`` pairs item by item."""
+    term's score) and ``"correct"`` (None when unscorable): what ``rlpost compare`` pairs item by item; and
+    ``"completion"``, the policy's text (an episode's assistant turns), for reading what it got wrong."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
@@ -104,7 +106,7 @@ def evaluate(
         per_row = torch.where(correct.scored(scores), correct.correct(scores).float(), nan)
     result[f"{prefix}/reward"] = torch.nanmean(rewards).item()
     if items is not None:
-        items.extend(_item(i, scores[i], rewards[i], correct) for i in range(len(rows)))
+        items.extend(_item(i, scores[i], rewards[i], correct, wrapped[i]) for i in range(len(rows)))
     result[f"{prefix}/mean_length"] = sum(lengths) / max(len(lengths), 1)
     result[f"{prefix}/num_prompts"] = len(rows)
     if group_by is not None:
@@ -125,12 +127,15 @@ def _term_mean(values: torch.Tensor, weights: list | None) -> float:
     return ((values[scored] * w[scored]).sum() / w[scored].sum().clamp(min=1e-12)).item()
 
 
-def _item(index: int, scores: torch.Tensor, reward: torch.Tensor, correct: Correctness | None) -> dict[str, Any]:
-    """One held-out prompt's row of eval_items.json (scores ``[R]``)."""
+def _item(
+    index: int, scores: torch.Tensor, reward: torch.Tensor, correct: Correctness | None, completion: Any
+) -> dict[str, Any]:
+    """One held-out prompt's row of eval_items.json (scores ``[R]``), with the text it was scored on."""
     item: dict[str, Any] = {"index": index, "reward": _number(reward)}
     if correct is not None:
         item["score"] = _number(scores[correct.index])
         item["correct"] = bool(correct.correct(scores)) if bool(correct.scored(scores)) else None
+    item["completion"] = completion_text(completion)  # an episode: every policy turn
     return item
 
 

@@ -1,7 +1,7 @@
 """A run directory (DESIGN.md): resolved config, metrics.jsonl, samples.jsonl, checkpoints, plots, summary.
 
     <run>/config.yaml  overrides.yaml  metrics.jsonl  samples.jsonl  events.jsonl  checkpoints/  plots/*.png  summary.json
-          eval_before.json  eval_items_before.json  eval_items.json  (per held-out prompt: index, score, reward)
+          eval_before.json  eval_items_before.json  eval_items.json  (per held-out prompt: index, score, reward, completion)
 
 Files are appended line by line (jsonl) or written to a temp file and renamed, so a crash never
 leaves a half-written summary or config. With several processes the main one alone writes them

@@ -57,3 +57,6 @@ def test_calculator_run_evaluates_episodes(tmp_path):
     sample = json.loads((run_dir / "samples.jsonl").read_text().splitlines()[0])
     assert sample["prompt"][0]["role"] == "system" and "<calc>" in sample["prompt"][0]["content"]  # the episode's start
     assert sample["completion"][0]["role"] == "assistant"
+    items = json.loads((run_dir / "eval_items.json").read_text())  # each held-out episode: the policy's turns only
+    assert len(items) == after["eval/num_prompts"] and all(isinstance(i["completion"], str) for i in items)
+    assert not [i for i in items if sample["prompt"][0]["content"] in i["completion"]]  # no system message

@@ -49,7 +49,7 @@ def test_the_objective_and_the_best_checkpoint_follow_the_reward_without_a_crite
     assert summary["best"]["objective"] == "eval/reward"  # eval.objective=auto, no verifiable term
     assert "eval/arith/accuracy" in summary["before"] and "eval/arith/accuracy" in summary["after"]
     items = json.loads((run_dir / "eval_items.json").read_text())
-    assert items and all(set(i) == {"index", "reward"} for i in items)
+    assert items and all(set(i) == {"index", "reward", "completion"} for i in items)  # no score or correct
 
 
 def test_train_flops_is_logged_with_the_tokens_it_counts(run_dir):

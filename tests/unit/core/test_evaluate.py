@@ -72,7 +72,10 @@ def test_evaluate_without_a_criterion_reports_reward_not_accuracy(tmp_path):
     model, tokenizer = load_model(run.model), load_tokenizer(run.model)
     rows = Dataset.from_list([{"prompt": f"Say {i}", "variant": "ab"[i % 2], "score": i / 4} for i in range(4)])
 
+    seen: list[str] = []
+
     def judged(completions, score, **_):  # a judged score in [0, 1]: a reward, not a correctness check
+        seen[:] = completions  # plain prompts: each completion is the generated string
         return score
 
     items: list[dict] = []
@@ -84,7 +87,8 @@ def test_evaluate_without_a_criterion_reports_reward_not_accuracy(tmp_path):
     assert result["eval/reward"] == pytest.approx(0.375) and result["eval/judge"] == pytest.approx(0.375)
     assert result["eval/reward/a"] == pytest.approx(0.25) and result["eval/reward/b"] == pytest.approx(0.5)
     assert not [k for k in result if "accuracy" in k]
-    assert items[1] == {"index": 1, "reward": 0.25}  # no score/correct without a criterion
+    assert items[1] == {"index": 1, "reward": 0.25, "completion": seen[1]}  # no score/correct without a criterion
+    assert [item["completion"] for item in items] == seen and all(isinstance(t, str) for t in seen)
     # with one, each item says whether it was right: score .75 >= .5 -> correct; 2 of 4 at >= 0.5
     items = []
     result = evaluate(
@@ -92,5 +96,5 @@ def test_evaluate_without_a_criterion_reports_reward_not_accuracy(tmp_path):
         correct=Correctness(0, "judge", 0.5), show_progress=False, items=items,
     )  # fmt: skip
     assert result["eval/accuracy"] == 0.5
-    assert items[3] == {"index": 3, "reward": 0.75, "score": 0.75, "correct": True}
+    assert items[3] == {"index": 3, "reward": 0.75, "score": 0.75, "correct": True, "completion": seen[3]}
     assert items[0]["correct"] is False
