@@ -30,6 +30,12 @@ def operator_kind(question: str) -> str:
     return {"+": "add", "*": "mul"}.get(op, "subneg" if int(a) < int(b) else "sub")
 
 
+def gold_target(row: dict) -> str:
+    """ "<expression> = <answer>": the format the RL policy converges to ("5 - 9 = -4")."""
+    expression = re.search(r"Calculate (.*)\.", row["prompt"][-1]["content"]).group(1)  # type: ignore[union-attr]
+    return f"{expression} = {row['answer']}"
+
+
 def held_out_accuracy(run, model, tokenizer, held) -> tuple[float, str]:
     """``eval/accuracy`` and the right answers per operator ("add 19/30 ...") on the run's held-out split."""
     from rlpost.held_out import evaluate_run
@@ -50,6 +56,7 @@ def supervised_run(seed: int, lr: float, steps: int, per_step: int) -> list[tupl
     from rlpost.build import build_run
     from rlpost.data import load_datasets
     from rlpost.models import load_model, load_tokenizer
+    from rlpost.sim_alignment import Example, batch_tensors, encode
 
     torch.manual_seed(seed)
     run = build_run(compose(["recipe=default", f"seed={seed}", "logging.progress=false"]))
@@ -59,22 +66,9 @@ def supervised_run(seed: int, lr: float, steps: int, per_step: int) -> list[tupl
     marks = [(0, *held_out_accuracy(run, model, tokenizer, held))]
     model.train()
     for step in range(steps):
-        prompt_ids, target_ids = [], []
-        for row in (train[step * per_step + j] for j in range(per_step)):
-            text = tokenizer.apply_chat_template(row["prompt"], tokenize=False, add_generation_prompt=True)
-            prompt = tokenizer(text, add_special_tokens=False).input_ids  # rendered, then tokenized, as TRL does
-            expression = re.search(r"Calculate (.*)\.", row["prompt"][-1]["content"]).group(1)  # type: ignore[union-attr]
-            prompt_ids.append(list(prompt))
-            target_ids.append(tokenizer(f"{expression} = {row['answer']}", add_special_tokens=False).input_ids)
-            target_ids[-1].append(tokenizer.eos_token_id)
-        width = max(len(p) + len(t) for p, t in zip(prompt_ids, target_ids))
-        ids = torch.full((per_step, width), tokenizer.pad_token_id)
-        labels = torch.full((per_step, width), -100)  # only the target's tokens are scored
-        mask = torch.zeros((per_step, width), dtype=torch.long)
-        for i, (p, t) in enumerate(zip(prompt_ids, target_ids)):
-            ids[i, : len(p) + len(t)] = torch.tensor(p + t)
-            labels[i, len(p) : len(p) + len(t)] = torch.tensor(t)
-            mask[i, : len(p) + len(t)] = 1
+        rows = [train[step * per_step + j] for j in range(per_step)]
+        pairs = [encode(tokenizer, Example(row["prompt"], gold_target(row), {})) for row in rows]
+        ids, mask, labels = batch_tensors(pairs, tokenizer.pad_token_id)  # labels: -100 outside the targets
         loss = model(input_ids=ids, attention_mask=mask, labels=labels).loss
         loss.backward()
         torch.nn.utils.clip_grad_norm_(model.parameters(), run.settings.train.max_grad_norm)
