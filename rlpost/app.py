@@ -310,16 +310,9 @@ def tool(
 
 def build_settings(settings: type, check: Callable, prepare: Callable | None, cfg: Any, overrides: list[str]) -> Any:
     """The composed config -> the checked settings dataclass (no ``hydra`` node); ConfigError names keys."""
-    from omegaconf import DictConfig, OmegaConf
+    from rlpost.schema import build_config, composed_mapping
 
-    from rlpost.schema import build_config, to_container
-
-    if isinstance(cfg, DictConfig):
-        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
-        if missing:
-            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
-    raw = dict(to_container(cfg))
-    raw.pop("hydra", None)
+    raw = composed_mapping(cfg)
     if prepare is not None:
         raw = prepare(raw, overrides)
     return check(build_config(settings, raw, ""), overrides)

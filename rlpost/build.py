@@ -45,7 +45,7 @@ from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
-from rlpost.schema import build_config, check_paths, to_container, unknown_key_message
+from rlpost.schema import build_config, check_paths, composed_mapping, to_container, unknown_key_message
 from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import build_transform
 
@@ -132,17 +132,7 @@ def build_reward(node: Mapping[str, Any]) -> RewardParts:
 
 def build_run(cfg: Any) -> BuiltRun:
     """Validate the whole composed config and build every component; no model is loaded."""
-    from omegaconf import DictConfig, OmegaConf
-
-    if isinstance(cfg, DictConfig):
-        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
-        if missing:
-            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
-    raw = to_container(cfg)
-    if not isinstance(raw, Mapping):
-        raise ConfigError("The composed config is not a mapping.")
-    raw = dict(raw)
-    raw.pop("hydra", None)
+    raw = composed_mapping(cfg)
     raw.pop("recipe", None)
     missing = [g for g in GROUPS if not raw.get(g)]
     if missing:

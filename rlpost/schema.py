@@ -345,6 +345,23 @@ def _coerce(hint: Any, value: Any, where: str) -> Any:
     return value
 
 
+def composed_mapping(cfg: Any) -> dict[str, Any]:
+    """A composed config (an OmegaConf node or a plain mapping) -> a plain dict without its ``hydra`` node,
+    interpolations resolved. A value still marked ``???`` is a ConfigError that names the key."""
+    from omegaconf import DictConfig, OmegaConf
+
+    if isinstance(cfg, DictConfig):
+        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
+        if missing:
+            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
+    raw = to_container(cfg)
+    if not isinstance(raw, Mapping):
+        raise ConfigError("The composed config is not a mapping.")
+    raw = dict(raw)
+    raw.pop("hydra", None)
+    return raw
+
+
 def to_container(node: Any) -> Any:
     """OmegaConf node -> plain python (dicts/lists), resolving interpolations."""
     from omegaconf import DictConfig, ListConfig, OmegaConf

@@ -89,20 +89,12 @@ class RMSettings:
 
 def build_settings(cfg: Any) -> RMSettings:
     """Validate the composed train-rm config; no model loads. Raises ConfigError."""
-    from omegaconf import DictConfig, OmegaConf
-
     from rlpost.bundled_models import smollm2_gguf
     from rlpost.data import resolve_data_path
     from rlpost.models import _check_hf_path
-    from rlpost.schema import build_config, to_container
+    from rlpost.schema import build_config, composed_mapping
 
-    if isinstance(cfg, DictConfig):
-        missing = sorted(k for k in OmegaConf.missing_keys(cfg) if not k.startswith("hydra."))
-        if missing:
-            raise ConfigError(f"Missing required value {missing[0]} (marked ???): set it with {missing[0]}=<value>.")
-    raw = dict(to_container(cfg))
-    raw.pop("hydra", None)
-    settings = build_config(RMSettings, raw, "")
+    settings = build_config(RMSettings, composed_mapping(cfg), "")
     if settings.model.lora.enabled:
         raise ConfigError("train-rm does full fine-tuning; model.lora.enabled=true is not supported here.")
     if settings.context_only and settings.objective != "regression":

@@ -138,6 +138,7 @@ CASES = [
     ),
     ("data-path-required", ["train", "data=jsonl"], ["Missing required value data.path", "data.path=<value>"]),
     ("model-path-required", ["train", "model=hf"], ["Missing required value model.path", "model.path=<value>"]),
+    ("tool-value-required", ["report"], ["Missing required value path (marked ???)", "path=<value>"]),
     ("missing-model-folder", ["train", "model=hf", "model.path=/nope/model"], ["model.path='/nope/model'", "no such"]),
     (  # a frozen second model (here the simulated user) is checked like the policy, not when it first loads
         "missing-simulator-folder",
