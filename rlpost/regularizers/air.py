@@ -172,6 +172,7 @@ class AIR(Regularizer):
     def sampler(
         self,
         dataset: Any,
+        *,
         generation_batch_prompts: int,
         num_generations: int,
         seed: int,

@@ -311,7 +311,9 @@ def test_recipe_composes_and_the_sampler_fits_its_batches():
     train, evals = load_datasets(run.data)
     assert len(train) == 84 and len(evals) == 21 and {"intent_id", "variant"} <= set(train.column_names)
     reg = run.algorithm.regularizers[0][1]
-    sampler = reg.sampler(train, run.plan.prompts_per_step, run.plan.num_generations, seed=0)
+    sampler = reg.sampler(
+        train, generation_batch_prompts=run.plan.prompts_per_step, num_generations=run.plan.num_generations, seed=0
+    )
     chunks = chunks_of(sampler, run.plan.prompts_per_step, run.plan.num_generations, 1)
     assert {train["intent_id"][i] for chunk in chunks for i in chunk} == set(train["intent_id"])
     # the recipe also composes with another bundle
