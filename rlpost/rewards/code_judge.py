@@ -16,7 +16,8 @@ each top-level statement of its body is run in order with ``candidate`` bound to
 ``entry_point``; without one, the test code's own top-level statements are run. A statement that contains
 an ``assert`` is one test; the others are setup. Statuses: ``ok``, ``syntax_error``, ``crash`` (the program
 raised while loading, a setup statement raised, or the candidate broke the protocol), ``memory``,
-``timeout`` (the whole run passed ``timeout_s``), ``no_entry_point``; a timeout or a crash of the candidate
+``timeout`` (the whole run passed ``timeout_s``), ``no_entry_point``, and ``not_started`` (the runner never
+said it started: the jail or its interpreter failed, which the parent raises as an infrastructure error); a timeout or a crash of the candidate
 process scores no test, whatever passed before it.
 """
 
@@ -59,17 +60,30 @@ def test_statements(tests: str, entry_point: str | None) -> tuple[list[ast.stmt]
 class Candidate:
     """The candidate process: one request, one answer, within what is left of the deadline."""
 
-    def __init__(self, command: list[str], deadline: float):
-        self.deadline = deadline
-        self.proc = subprocess.Popen(
-            command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, start_new_session=True
-        )
+    def __init__(self, command: list[str], deadline: float, stderr_path: str):
+        self.deadline, self.stderr_path = deadline, stderr_path
+        self.pending = b""  # bytes read from the candidate that are not yet a whole message
+        # the candidate's stderr is kept (capped by its own file-size rlimit) only to explain a jail that
+        # never started; once the runner has said "started", it is never read
+        with open(stderr_path, "wb") as stderr:
+            self.proc = subprocess.Popen(
+                command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, start_new_session=True
+            )
         assert self.proc.stdin is not None and self.proc.stdout is not None  # both are pipes
         self.requests, self.answers = self.proc.stdin, self.proc.stdout
 
+    def start(self) -> str | None:
+        """None once the runner said it started; else what the jail or interpreter printed as it failed."""
+        try:
+            if self.receive().get("status") == "started":
+                return None
+        except CandidateGone:
+            pass
+        with open(self.stderr_path, encoding="utf-8", errors="replace") as handle:
+            return handle.read(4000) or "the candidate process exited before it started"
+
     def receive(self) -> dict:
-        line = b""
-        while not line.endswith(b"\n"):
+        while b"\n" not in self.pending:  # "started" and the next message can arrive in one read
             left = self.deadline - time.monotonic()
             if left <= 0 or not select.select([self.answers], [], [], left)[0]:
                 raise CandidateGone("timeout", "the program ran past timeout_s")
@@ -77,7 +91,8 @@ class Candidate:
             if not chunk:
                 code = self.proc.wait()
                 raise CandidateGone("timeout" if code == -signal.SIGXCPU else "crash", f"the program exited ({code})")
-            line += chunk
+            self.pending += chunk
+        line, _, self.pending = self.pending.partition(b"\n")
         try:
             message = json.loads(line)
         except ValueError:
@@ -109,15 +124,18 @@ class Candidate:
         self.proc.wait()
 
 
-def judge(spec: dict, tests: str, command: list[str]) -> dict:
+def judge(spec: dict, tests: str, command: list[str], stderr_path: str = os.devnull) -> dict:
     entry_point = spec.get("entry_point")
     try:
         prelude, body = test_statements(tests, entry_point)
     except (SyntaxError, ValueError) as err:
         return {"status": "syntax_error", "passed": 0, "total": 0, "detail": str(err)[:200]}
     total = sum(has_assert(stmt) for stmt in body)
-    candidate = Candidate(command, time.monotonic() + float(spec["timeout_s"]))
+    candidate = Candidate(command, time.monotonic() + float(spec["timeout_s"]), stderr_path)
     try:
+        failed_start = candidate.start()
+        if failed_start is not None:  # the machine's fault, not the program's: the parent raises SandboxError
+            return {"status": "not_started", "passed": 0, "total": total, "detail": failed_start}
         loaded = candidate.receive()
         if loaded.get("status") != "loaded":
             return {
@@ -171,7 +189,7 @@ def main() -> None:
         spec = json.load(handle)
     with open(os.path.join(judge_folder, "tests.py"), encoding="utf-8") as handle:
         tests = handle.read()
-    verdict = judge(spec, tests, command)
+    verdict = judge(spec, tests, command, os.path.join(judge_folder, "candidate_stderr.txt"))
     sys.stdout.write(f"{token} {json.dumps(verdict)}\n")
 
 

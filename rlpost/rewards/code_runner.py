@@ -5,6 +5,7 @@ judge (``code_judge.py``), which holds the tests: this process never sees them a
 verdict, so nothing the program does here can forge one. It imports nothing from rlpost (it must not load
 torch). Protocol, one JSON object per line on stdin / stdout (the program's own prints go to /dev/null):
 
+    -> {"status": "started"}                                                 first of all (the jail came up)
     -> {"status": "loaded", "callables": [names], "values": {name: repr}}   after the program ran, or
     -> {"status": "syntax_error" | "crash" | "memory", "detail": ...}        and exit
     <- {"call": name, "args": repr(tuple), "kwargs": repr(dict)}             from the judge
@@ -50,6 +51,7 @@ def serve(folder: str, out: io.TextIOBase, inp: io.TextIOBase) -> None:
         out.write(json.dumps(message) + "\n")
         out.flush()
 
+    send({"status": "started"})
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
         spec = json.load(handle)
     set_limits(int(spec["memory_mb"]), int(spec["cpu_s"]))
@@ -85,8 +87,12 @@ def serve(folder: str, out: io.TextIOBase, inp: io.TextIOBase) -> None:
             send({"raised": repr(err)[:200], "memory": False})
 
 
+STARTED = "rlpost-runner-started"  # sandbox.STARTED: --script mode's first stderr line (the jail came up)
+
+
 def run_script(folder: str) -> None:
     """``--script`` mode (the python tool of data/env=python): run program.py with its prints on stdout."""
+    print(STARTED, file=sys.stderr, flush=True)
     with open(os.path.join(folder, "spec.json"), encoding="utf-8") as handle:
         spec = json.load(handle)
     set_limits(int(spec["memory_mb"]), int(spec["cpu_s"]))

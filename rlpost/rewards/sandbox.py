@@ -17,15 +17,24 @@ process group.
 The jail: with bubblewrap (``bwrap``, installed by ``make setup`` where it can) and ``sandbox: auto`` or
 ``bwrap``, the candidate runs with a read-only root, a private empty ``/tmp`` (the judge's folder is not
 visible), only its scratch folder writable, and no network, no IPC and its own pid namespace
-(``--unshare-all``; ``--die-with-parent``). Without bwrap (``sandbox: none``, or ``auto`` on a machine
+(``--unshare-all``; ``--die-with-parent``). What the jail runs is carried into it read-only wherever it
+lives (``carried_paths``: the interpreter's prefixes and this package's folder), so a checkout or virtual
+environment under ``/tmp`` still runs behind the private ``/tmp``. Without bwrap (``sandbox: none``, or ``auto`` on a machine
 without it) the rlimits still hold but the program runs as the training user: it can read files (the
 tests included), write where that user can, and reach the network. ``sandbox_available()`` tells callers.
+
+A jail or judge that cannot start is the machine's fault, not the candidate's: the runner's first act is
+to say so (a ``started`` message to the judge; ``STARTED`` on stderr in ``--script`` mode), and a call
+whose runner never did (or whose judge gave no verdict) raises ``SandboxError`` with what the jail
+printed, so the reward's ``on_failure`` policy takes it instead of a score of 0. The first such error of
+a process is also logged once, in full.
 """
 
 from __future__ import annotations
 
 import functools
 import json
+import logging
 import os
 import secrets
 import shutil
@@ -38,6 +47,26 @@ from dataclasses import dataclass
 RUNNER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_runner.py")
 JUDGE = os.path.join(os.path.dirname(os.path.abspath(__file__)), "code_judge.py")
 STATUSES = ("ok", "syntax_error", "crash", "memory", "timeout", "no_entry_point", "no_code")
+STARTED = "rlpost-runner-started"  # code_runner.py's first stderr line in --script mode: the jail came up
+
+logger = logging.getLogger(__name__)
+
+
+class SandboxError(RuntimeError):
+    """The jail, the interpreter or the judge could not start: an infrastructure fault, never a verdict."""
+
+
+@functools.cache
+def _report_once(message: str) -> None:
+    logger.error("the code sandbox could not start (later failures of this kind are not logged again): %s", message)
+
+
+def infrastructure_error(what: str, output: str) -> SandboxError:
+    """A ``SandboxError`` for ``what`` with the first lines of what the process printed (logged once)."""
+    text = " ".join(output.strip().splitlines()[-3:])[:500] or "no output"
+    message = f"{what}: {text}"
+    _report_once(message)
+    return SandboxError(message)
 
 
 @dataclass(frozen=True)
@@ -88,10 +117,20 @@ def sandbox_available() -> bool:
         return False
 
 
+def carried_paths() -> list[str]:
+    """The folders a jailed program needs that the private ``/tmp`` could hide: the interpreter's prefixes
+    (a virtual environment's and its base's) and this package's folder (the runner), deduplicated."""
+    found = [sys.prefix, sys.base_prefix, sys.exec_prefix, os.path.dirname(os.path.realpath(sys.executable)),
+             os.path.dirname(os.path.abspath(sys.executable)), os.path.dirname(RUNNER)]  # fmt: skip
+    return sorted({os.path.realpath(p) for p in found} | {os.path.abspath(p) for p in found})
+
+
 def jail(folder: str, command: list[str]) -> list[str]:
-    """``command`` in bubblewrap: read-only root, a private /tmp with only ``folder`` in it writable, no network."""
+    """``command`` in bubblewrap: read-only root, a private /tmp with only ``folder`` in it writable, no network.
+    ``carried_paths()`` are bound read-only over the private /tmp (a no-op for those outside it)."""
+    carried = [arg for path in carried_paths() if path.startswith("/tmp/") for arg in ("--ro-bind", path, path)]
     return [
-        "bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", "--bind", folder, folder, "--dev", "/dev",
+        "bwrap", "--ro-bind", "/", "/", "--tmpfs", "/tmp", *carried, "--bind", folder, folder, "--dev", "/dev",
         "--proc", "/proc", "--unshare-all", "--die-with-parent", "--chdir", folder, *command,
     ]  # fmt: skip
 
@@ -99,7 +138,8 @@ def jail(folder: str, command: list[str]) -> list[str]:
 def execute(
     program: str, tests: str, entry_point: str | None, timeout_s: float, memory_mb: int, sandbox: str = "auto"
 ) -> Outcome:
-    """Run ``program`` against ``tests`` (judge + jailed candidate); any failure is an ``Outcome``, never an exception."""
+    """Run ``program`` against ``tests`` (judge + jailed candidate). Whatever the program does is an ``Outcome``;
+    only a jail or judge that cannot start raises (``SandboxError``)."""
     with tempfile.TemporaryDirectory(prefix="rlpost_judge_") as judged, tempfile.TemporaryDirectory(
         prefix="rlpost_exec_"
     ) as folder:  # fmt: skip
@@ -117,11 +157,11 @@ def execute(
         command = [sys.executable, "-I", JUDGE, judged, *candidate]
         try:
             proc = spawn(command, judged, subprocess.PIPE)
-        except OSError:
-            return Outcome("crash")
+        except OSError as err:
+            raise infrastructure_error("the judge could not start", str(err)) from err
         token = secrets.token_hex(16)  # only the judge's own verdict line carries it
         try:  # the judge enforces timeout_s; this is its own bound
-            stdout, _ = proc.communicate(input=f"{token}\n".encode(), timeout=timeout_s + 10)
+            stdout, stderr = proc.communicate(input=f"{token}\n".encode(), timeout=timeout_s + 10)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             return Outcome("timeout")
@@ -130,10 +170,13 @@ def execute(
         ]
         try:
             verdict = json.loads(lines[-1])
-            return Outcome(str(verdict["status"]), int(verdict["passed"]), int(verdict["total"]),
-                           verdict.get("detail"), verdict.get("first_failure"))  # fmt: skip
+            outcome = Outcome(str(verdict["status"]), int(verdict["passed"]), int(verdict["total"]),
+                              verdict.get("detail"), verdict.get("first_failure"))  # fmt: skip
         except (ValueError, KeyError, TypeError, IndexError):
-            return Outcome("crash")
+            raise infrastructure_error("the judge gave no verdict", stderr.decode(errors="replace")) from None
+        if outcome.status == "not_started":
+            raise infrastructure_error("the jailed program could not start", outcome.detail or "")
+        return outcome
 
 
 @dataclass(frozen=True)
@@ -146,7 +189,7 @@ class ScriptRun:
 
 def run_script(code: str, timeout_s: float, memory_mb: int, sandbox: str, max_chars: int = 1000) -> ScriptRun:
     """Run model-written ``code`` as a script in the jail (same limits as a candidate program); its stdout,
-    cut to ``max_chars``, is the output. Never raises."""
+    cut to ``max_chars``, is the output. Raises only ``SandboxError`` (the jail could not start)."""
     with tempfile.TemporaryDirectory(prefix="rlpost_tool_") as folder:
         with open(os.path.join(folder, "program.py"), "w", encoding="utf-8") as handle:
             handle.write(code)
@@ -158,12 +201,16 @@ def run_script(code: str, timeout_s: float, memory_mb: int, sandbox: str, max_ch
         try:
             proc = spawn(command, folder, subprocess.DEVNULL)
         except OSError as err:
-            return ScriptRun("error", str(err))
+            raise infrastructure_error("the python tool could not start", str(err)) from err
         try:
             stdout, stderr = proc.communicate(timeout=timeout_s)
         except subprocess.TimeoutExpired:
             kill_group(proc)
             return ScriptRun("timeout", f"the code ran past {timeout_s:g} s")
+        printed = stderr.decode(errors="replace")
+        if not printed.startswith(STARTED):
+            raise infrastructure_error("the jailed program could not start", printed)
+        stderr = printed[len(STARTED) + 1 :].encode()
         if proc.returncode != 0:
             lines = stderr.decode(errors="replace").strip().splitlines()
             reason = lines[-1] if lines else f"exit code {proc.returncode}"

@@ -5,15 +5,25 @@ Each hostile program is wrong or escapes, so it must score no test, and the next
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import socket
 import subprocess
+import sys
 import time
 import uuid
+from pathlib import Path
 
 import pytest
 
-from rlpost.rewards.sandbox import execute, sandbox_available
+import rlpost
+import rlpost.rewards.code_exec  # noqa: F401  (registers)
+import rlpost.rewards.sandbox as sandbox_module
+from rlpost.reward_guard import FailurePolicy, GuardedReward, RewardFailure
+from rlpost.rewards.base import REWARDS
+from rlpost.rewards.sandbox import SandboxError, execute, run_script, sandbox_available
+from rlpost.schema import build_config
 
 TESTS = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
 CORRECT = "def add(a, b):\n    return a + b\n"
@@ -112,3 +122,60 @@ def test_a_thousand_forks_die_with_the_call():
     left = subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
     assert left == [], f"{len(left)} forked processes outlived the call"
     still_works()
+
+
+@needs_jail
+def test_a_virtual_environment_under_tmp_runs_in_the_jail(tmp_path):
+    # the jail mounts a private /tmp: an interpreter and a package that live under /tmp must be carried in
+    # read-only, or every program "fails" (issue 46: a checkout under /tmp scored every program 0)
+    assert str(tmp_path).startswith("/tmp/")
+    venv, src = tmp_path / "venv", tmp_path / "src"
+    subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
+    shutil.copytree(Path(rlpost.__file__).parent, src / "rlpost", ignore=shutil.ignore_patterns("__pycache__"))
+    site = next((venv / "lib").glob("python3*/site-packages"))
+    outer = [p for p in sys.path if p.endswith("site-packages")]  # torch, transformers, ... of this venv
+    (site / "outer.pth").write_text("\n".join([str(src), *outer]) + "\n")
+    script = (
+        "import json, rlpost.rewards.sandbox as sb\n"
+        "from rlpost.envs.python import PythonTool\n"
+        "from rlpost.rewards.base import REWARDS\n"
+        "from rlpost.schema import build_config\n"
+        "import rlpost.rewards.code_exec\n"
+        f"out = sb.execute({CORRECT!r}, {TESTS!r}, 'add', 5.0, 256, 'bwrap')\n"
+        "cls = REWARDS.get('code_exec')\n"
+        "reward = cls(build_config(cls.Config, {'sandbox': 'bwrap', 'memory_mb': 256}, 'test'))\n"
+        f"scores = reward(prompts=['p'], completions=[{CORRECT!r}], test=[{TESTS!r}], entry_point=['add'],"
+        " code_prompt=[None])\n"
+        "tool = PythonTool(build_config(PythonTool.Config, {'sandbox': 'bwrap'}, 'data.env'))\n"
+        "print(json.dumps({'runner': sb.RUNNER, 'outcome': [out.status, out.passed, out.total], 'scores': scores,"
+        " 'tool': tool.use_tool('print(6 * 7)')}))\n"
+    )
+    child = [str(venv / "bin" / "python"), "-c", script]  # from tmp_path: the checkout is not on its path
+    done = subprocess.run(child, capture_output=True, text=True, timeout=300, cwd=tmp_path)
+    assert done.returncode == 0, done.stderr[-2000:]
+    result = json.loads(done.stdout.strip().splitlines()[-1])
+    assert result["runner"].startswith(str(src))  # the package that ran is the copy under /tmp
+    assert result["outcome"] == ["ok", 2, 2]
+    assert result["scores"] == [1.0]
+    assert result["tool"] == [True, "<result>42</result>"]
+
+
+@pytest.mark.parametrize("sandbox", ["auto", "none"])
+def test_a_jail_that_cannot_start_is_an_infrastructure_error(sandbox, monkeypatch):
+    # the runner is missing, as when the jail hides it: no program ran, so nothing may score it 0
+    monkeypatch.setattr(sandbox_module, "RUNNER", "/nonexistent/code_runner.py")
+    with pytest.raises(SandboxError, match="could not start.*code_runner.py"):
+        run(CORRECT, sandbox=sandbox)
+    with pytest.raises(SandboxError, match="could not start"):
+        run_script("print(1)", 5.0, 256, sandbox)
+    # under a reward's failure policy it is a failed sample (skip -> None, abort -> stop), never a 0.0
+    cls = REWARDS.get("code_exec")
+    reward = cls(build_config(cls.Config, {"sandbox": sandbox, "memory_mb": 256}, "test"))
+    columns = {"test": [TESTS] * 2, "entry_point": ["add"] * 2, "code_prompt": [None] * 2}
+    skipped = GuardedReward(reward, FailurePolicy(on_failure="skip"))
+    assert skipped(prompts=["p", "p"], completions=[CORRECT, CORRECT], **columns) == [None, None]
+    assert skipped.take_failures() == 2
+    with pytest.raises(RewardFailure, match="SandboxError"):
+        GuardedReward(reward, FailurePolicy(on_failure="abort"))(
+            prompts=["p"], completions=[CORRECT], **{k: v[:1] for k, v in columns.items()}
+        )
