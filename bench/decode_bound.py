@@ -8,10 +8,10 @@ script measures, for SmolLM2-135M in fp32 with ``rows`` rows at a context of ``-
 
 - ``step``: a decode loop of ``--steps`` single-token forwards (``logits_to_keep=1``) after a prefill of
   ``--context`` positions, the KV cache growing as in generation, per step; PyTorch's linears,
-  oneDNN's (weights packed once: rlpost/onednn.py) and, up to 16 rows, rlpost's decode kernel
-  (``train.decode_kernel``, rlpost/skinny_matmul.py) and rlpost's fused step (``train.fused_decode``:
+  oneDNN's (weights packed once: rlpost/generation/onednn.py) and, up to 16 rows, rlpost's decode kernel
+  (``train.decode_kernel``, rlpost/generation/skinny_matmul.py) and rlpost's fused step (``train.fused_decode``:
   one compiled call per decoder layer on the kernel's products, the preallocated cache,
-  rlpost/fused_decode.py), median of ``--reps`` loops;
+  rlpost/generation/fused_decode.py), median of ``--reps`` loops;
 - ``linears only``: the same step's matrix products alone (every ``nn.Linear`` and the head on a
   ``[rows, K]`` input, back to back): the floor the kernels set at this row count;
 - ``read weights``: summing every weight tensor (a pure read of the same bytes, no arithmetic to speak of);
@@ -56,7 +56,7 @@ def decode_loop(model, ids: torch.Tensor, steps: int, reps: int, preallocated: b
     dynamic cache, or rlpost's preallocated one: what the fused step writes into)."""
     from transformers import DynamicCache
 
-    from rlpost.kv_cache import PreallocatedCache
+    from rlpost.generation.kv_cache import PreallocatedCache
 
     rows, context = ids.shape
     token = ids[:, -1:]
@@ -74,7 +74,7 @@ def decode_loop(model, ids: torch.Tensor, steps: int, reps: int, preallocated: b
 
 def products(pairs) -> None:
     """``x @ W^T`` through oneDNN for each (input, packed weight) pair: a decode step's linears alone."""
-    from rlpost import onednn
+    from rlpost.generation import onednn
 
     for x, packed in pairs:
         onednn._matmul(x, packed)
@@ -87,7 +87,7 @@ def pct(bound: float, seconds: float) -> str:
 
 def kernel_products(triples) -> None:
     """The same through rlpost's decode kernel, for each (input, kernel-packed weight, N) triple."""
-    from rlpost import skinny_matmul
+    from rlpost.generation import skinny_matmul
 
     for x, packed, n in triples:
         skinny_matmul.linear(x, packed, n)
@@ -105,11 +105,11 @@ def main() -> None:
     if args.threads:
         torch.set_num_threads(args.threads)
 
-    from rlpost import onednn, skinny_matmul
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.fused_decode import fused_decoding
-    from rlpost.models import load_model
+    from rlpost.generation import onednn, skinny_matmul
+    from rlpost.generation.fused_decode import fused_decoding
+    from rlpost.models.loading import load_model
 
     run = build_run(compose([]))
     model = load_model(run.model).eval()

@@ -8,7 +8,7 @@ policy converges to, and the loss is the mean NLL of its tokens. A policy that s
 told right or wrong gets less information per prompt than the answer itself. A supervised run that falls short of
 the demo's target is evidence that 20 RL steps on 40 prompts will too.
 
-Held-out accuracy is ``eval/accuracy`` exactly as ``rlpost train`` computes it (rlpost/held_out.py ``evaluate_run``:
+Held-out accuracy is ``eval/accuracy`` exactly as ``rlpost train`` computes it (rlpost/evaluation/held_out.py ``evaluate_run``:
 greedy, the run's reward and criterion, the same 100 prompts), before training, at step 10 and at step 20, with the
 held-out prompts split by operator (``subneg``: a subtraction with a negative answer).
 
@@ -38,7 +38,7 @@ def gold_target(row: dict) -> str:
 
 def held_out_accuracy(run, model, tokenizer, held) -> tuple[float, str]:
     """``eval/accuracy`` and the right answers per operator ("add 19/30 ...") on the run's held-out split."""
-    from rlpost.held_out import evaluate_run
+    from rlpost.evaluation.held_out import evaluate_run
 
     items: list[dict] = []
     accuracy = evaluate_run(run, model, tokenizer, held, [], items)["eval/accuracy"]
@@ -54,9 +54,9 @@ def supervised_run(seed: int, lr: float, steps: int, per_step: int) -> list[tupl
     """(step, accuracy, per operator) before training, halfway and at the end."""
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.data import load_datasets
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.sim_alignment import Example, batch_tensors, encode
+    from rlpost.data.sources import load_datasets
+    from rlpost.models.loading import load_model, load_tokenizer
+    from rlpost.models.sim_alignment import Example, batch_tensors, encode
 
     torch.manual_seed(seed)
     run = build_run(compose(["recipe=default", f"seed={seed}", "logging.progress=false"]))

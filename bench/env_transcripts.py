@@ -17,10 +17,10 @@ import torch
 import rlpost.components  # noqa: F401
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
+from rlpost.data.sources import load_datasets
 from rlpost.envs.runner import ChatRenderer, run_episodes, transcript
-from rlpost.evaluate import _generate_ids
-from rlpost.models import load_model, load_tokenizer
+from rlpost.evaluation.evaluate import _generate_ids
+from rlpost.models.loading import load_model, load_tokenizer
 
 ROOT = Path(__file__).resolve().parent.parent
 ENVS = {  # environment -> overrides of its data (what `rlpost train data/env=<name>` would use)

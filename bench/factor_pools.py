@@ -16,7 +16,7 @@ from pathlib import Path
 
 import torch
 
-from rlpost.formula_panel import WARMUP, cross_sectional_z, daily_corr, evaluate_factor, factor_ic, make_panel
+from rlpost.data.formula_panel import WARMUP, cross_sectional_z, daily_corr, evaluate_factor, factor_ic, make_panel
 
 
 def database(run: Path) -> list[str]:

@@ -6,15 +6,15 @@ left-padded, sampled at temperature 1 for up to 32 new tokens with SmolLM2-135M 
 - ``hf dynamic``: ``model.generate`` with the dynamic KV cache (TRL's call; it stops as soon as every
   sequence has emitted EOS);
 - ``hf dynamic, shared prefix``: the same call under rlpost's ``train.shared_prefix``
-  (rlpost/prefix_generation.py): each distinct prompt prefilled once, its KV cache expanded to the rows;
-- ``+ oneDNN packed``: and rlpost's ``train.cpu_matmul`` (rlpost/onednn.py): every linear through
+  (rlpost/generation/prefix_generation.py): each distinct prompt prefilled once, its KV cache expanded to the rows;
+- ``+ oneDNN packed``: and rlpost's ``train.cpu_matmul`` (rlpost/generation/onednn.py): every linear through
   oneDNN with its weight packed once per call (the packing is inside the timed call);
-- ``+ decode kernel``: and rlpost's ``train.decode_kernel`` (rlpost/skinny_matmul.py): the decode steps'
+- ``+ decode kernel``: and rlpost's ``train.decode_kernel`` (rlpost/generation/skinny_matmul.py): the decode steps'
   linears through rlpost's compiled kernel on its own packed weights (the prefill stays on oneDNN);
 - ``+ preallocated cache, fused decode steps, parallel sampling draw``: rlpost's defaults on top of the
-  kernel: the KV cache written in place (``train.kv_cache``, rlpost/kv_cache.py), each decode step one
-  compiled call per decoder layer (``train.fused_decode``, rlpost/fused_decode.py) and ``torch.multinomial``'s
-  draw on every core (rlpost/parallel_sampling.py);
+  kernel: the KV cache written in place (``train.kv_cache``, rlpost/generation/kv_cache.py), each decode step one
+  compiled call per decoder layer (``train.fused_decode``, rlpost/generation/fused_decode.py) and ``torch.multinomial``'s
+  draw on every core (rlpost/generation/parallel_sampling.py);
 - ``+ decode kernel on PyTorch's linears``: the kernel for the decode steps with the linears left on
   PyTorch's ``mm`` (MKL), the prefill too: the route ``train.cpu_matmul=auto`` takes where MKL wins the
   training products (the 2-core Intel Xeon of issue 23), which still decodes through the kernel;
@@ -66,15 +66,15 @@ def main() -> None:
     p.add_argument("--no-compile", action="store_true", help="skip the torch.compile variant")
     args = p.parse_args()
 
-    from rlpost import onednn, skinny_matmul
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.data import load_datasets
-    from rlpost.fused_decode import fused_decoding
-    from rlpost.kv_cache import preallocated_generation
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.parallel_sampling import parallel_multinomial
-    from rlpost.prefix_generation import shared_prefix_generation
+    from rlpost.data.sources import load_datasets
+    from rlpost.generation import onednn, skinny_matmul
+    from rlpost.generation.fused_decode import fused_decoding
+    from rlpost.generation.kv_cache import preallocated_generation
+    from rlpost.generation.parallel_sampling import parallel_multinomial
+    from rlpost.generation.prefix_generation import shared_prefix_generation
+    from rlpost.models.loading import load_model, load_tokenizer
 
     run = build_run(compose([]))
     tokenizer, model = load_tokenizer(run.model), load_model(run.model).eval()

@@ -22,6 +22,6 @@ for spec in antlr4_python3_runtime==4.9.3 cellpylib==2.4.0 zss==1.2.0 deepspeed=
   found=$(find ~/.cache/pip/wheels -name "${spec%%==*}-${spec##*==}-py3-none-any.whl" | head -1)
   if [ -n "$found" ]; then cp "$found" .whl/; else $PIP wheel -q --no-deps -w .whl "$spec"; fi
 done
-.venv/bin/python -c "from rlpost.bundled_models import smollm2_tokenizer_folder; print(smollm2_tokenizer_folder())" \
+.venv/bin/python -c "from rlpost.models.bundled import smollm2_tokenizer_folder; print(smollm2_tokenizer_folder())" \
   | xargs -I{} cp -r {} .gpu-cache/
 du -sh .whl .gpu-cache

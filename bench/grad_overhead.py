@@ -1,6 +1,6 @@
 """Per-step cost of the gradient transforms (trusted_projection, direction_monitor) on SmolLM2-135M.
 
-Method. SmolLM2-135M-Instruct (``rlpost.models.load_model(ModelConfig())``, fp32, full fine-tuning
+Method. SmolLM2-135M-Instruct (``rlpost.models.loading.load_model(ModelConfig())``, fp32, full fine-tuning
 unless ``--lora``) gets real gradients from one forward/backward on a random batch of
 ``--batch`` x ``--tokens`` tokens (the shape of the default recipe's step: 8 completions of about
 40 prompt + 32 new tokens); that forward/backward is timed too, as a lower bound of a training step
@@ -30,7 +30,7 @@ import torch
 
 import rlpost.components  # noqa: F401  (registers the transforms)
 from rlpost.grad.base import GRAD_TRANSFORMS
-from rlpost.models import LoraSettings, ModelConfig, load_model, peft_config
+from rlpost.models.loading import LoraSettings, ModelConfig, load_model, peft_config
 
 VARIANTS = [  # (label, registry name, config fields)
     ("trusted_projection side=both", "trusted_projection", {}),

@@ -49,9 +49,9 @@ def measured_run(
     from rlpost.algorithms import trainer_class
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.data import load_datasets
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.prefix_generation import prompt_groups
+    from rlpost.data.sources import load_datasets
+    from rlpost.generation.prefix_generation import prompt_groups
+    from rlpost.models.loading import load_model, load_tokenizer
 
     if threads:
         torch.set_num_threads(threads)
@@ -222,11 +222,11 @@ def summarize_run(result: dict, warmup: int) -> dict:
 
 def matmul_peak_gflops(threads: int, size: int = 2048, reps: int = 8, device: str = "cpu") -> dict[str, float]:
     """Best measured fp32 rate of a ``size x size`` matmul with ``threads`` torch threads, by kernel:
-    ``torch`` (``a @ b``: MKL's sgemm on x86) and, where available, ``onednn`` (rlpost/onednn.py).
+    ``torch`` (``a @ b``: MKL's sgemm on x86) and, where available, ``onednn`` (rlpost/generation/onednn.py).
     On ``device="cuda"``: the bf16 rate of an 8192^3 product (the GPU runs bf16 mixed precision)."""
     import torch
 
-    from rlpost import onednn
+    from rlpost.generation import onednn
 
     if device == "cuda":
         a = torch.randn(8192, 8192, device="cuda", dtype=torch.bfloat16)

@@ -31,7 +31,7 @@ def main() -> None:
 
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.data import load_datasets
+    from rlpost.data.sources import load_datasets
 
     run = build_run(compose(["reward=rubric"]))
     reward = run.reward.funcs[0]

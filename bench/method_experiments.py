@@ -21,7 +21,7 @@ from pathlib import Path
 
 from method_pairs import Pair, pairs
 
-from rlpost.plots import plot_curves
+from rlpost.analysis.plots import plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "methods"

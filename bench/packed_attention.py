@@ -1,6 +1,6 @@
 """Training forward + backward of one GRPO micro-batch by layout: the shared prefix (padded completions),
 packing with a row per prompt group under dense block masks, packing into one row with segment attention
-(rlpost/packing.py, rlpost/segment_attention.py).
+(rlpost/logprobs/packing.py, rlpost/logprobs/segment_attention.py).
 
     .venv/bin/python bench/packed_attention.py [--model smollm2-135m|tiny] [--reps 3]
 
@@ -18,8 +18,8 @@ import time
 
 import torch
 
-from rlpost import onednn
-from rlpost.packing import Packing
+from rlpost.generation import onednn
+from rlpost.logprobs.packing import Packing
 from rlpost.trainer.logprobs import backbone_hidden
 
 GROUP = 4  # completions per prompt: each run of GROUP rows shares a prompt
@@ -61,8 +61,8 @@ def main(argv: list[str] | None = None) -> None:
     torch.manual_seed(0)
     from transformers import AutoModelForCausalLM
 
-    from rlpost.bundled_models import smollm2_folder
-    from rlpost.models import ModelConfig, tiny_random_folder
+    from rlpost.models.bundled import smollm2_folder
+    from rlpost.models.loading import ModelConfig, tiny_random_folder
 
     folder = smollm2_folder() if args.model == "smollm2-135m" else tiny_random_folder(ModelConfig(source="tiny_random"))
     model = AutoModelForCausalLM.from_pretrained(folder, dtype=torch.float32, attn_implementation="sdpa")

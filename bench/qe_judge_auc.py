@@ -18,8 +18,8 @@ import json
 from pathlib import Path
 
 import rlpost.components  # noqa: F401
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
-from rlpost.schema import build_config
 
 
 def auc(pos: list[float], neg: list[float]) -> float:

@@ -20,7 +20,7 @@ Suites (``--suites trl,components,scaling``; each prints a markdown table, all a
 - ``env``: the cost of the environment loop: a single-turn step against calculator episodes of one and of
   exactly two turns (``data/env``; each turn up to the same max_completion_length).
 - ``matmul``: rlpost's defaults with ``train.cpu_matmul`` = aten, onednn and auto: whether ``auto``'s
-  start-up timing (rlpost/matmul_choice.py) lands on the faster kernel of this machine.
+  start-up timing (rlpost/generation/matmul_choice.py) lands on the faster kernel of this machine.
 
 Method (bench/harness.py): every run is a fresh subprocess; in each repetition the variants of a suite
 run in a rotated order so drift on a shared machine hits all alike; the first ``--warmup`` steps are
@@ -222,7 +222,7 @@ def env_suite(args) -> list[dict]:
 
 
 def matmul_suite(args) -> list[dict]:
-    """``train.cpu_matmul``: does ``auto`` (a timing at the first run, rlpost/matmul_choice.py) land on the
+    """``train.cpu_matmul``: does ``auto`` (a timing at the first run, rlpost/generation/matmul_choice.py) land on the
     faster of the two kernels on this machine?"""
     base = "train.cpu_matmul=aten"
     return [{"label": f"train.cpu_matmul={choice}", "trainer": "rlpost", "base": base,

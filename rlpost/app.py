@@ -32,8 +32,8 @@ from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
-from rlpost.confdir import CONF_DIR, config_groups, group_options
-from rlpost.errors import ConfigError
+from rlpost.core.confdir import CONF_DIR, config_groups, group_options
+from rlpost.core.errors import ConfigError
 
 HYDRA_INFO_FLAGS = {"--help", "-h", "--hydra-help", "--cfg", "-c", "--info", "-i", "--resolve", "--package", "-p"}
 
@@ -274,7 +274,7 @@ def print_redacted_job_config(args: list[str], config_name: str = "config") -> b
     """``rlpost <command> --cfg job [overrides]``: print the job config with secrets redacted."""
     from omegaconf import OmegaConf
 
-    from rlpost.secrets import redact
+    from rlpost.core.secrets import redact
 
     flag = "--cfg" if "--cfg" in args else "-c" if "-c" in args else None
     if flag is None or args[args.index(flag) + 1 : args.index(flag) + 2] != ["job"]:
@@ -310,7 +310,7 @@ def tool(
 
 def build_settings(settings: type, check: Callable, prepare: Callable | None, cfg: Any, overrides: list[str]) -> Any:
     """The composed config -> the checked settings dataclass (no ``hydra`` node); ConfigError names keys."""
-    from rlpost.schema import build_config, composed_mapping
+    from rlpost.core.schema import build_config, composed_mapping
 
     raw = composed_mapping(cfg)
     if prepare is not None:

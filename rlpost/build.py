@@ -18,34 +18,34 @@ import torch
 
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES
-from rlpost.algorithms.critic import CriticConfig, check_critic
-from rlpost.algorithms.lora_ensemble import EnsembleConfig, check_ensemble
 from rlpost.combine.base import COMBINERS, check_advantage_combine
-from rlpost.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
+from rlpost.core.config import AlgorithmNode, HardwareConfig, OverlongSettings, RewardNode, RunSettings, plan_batch
+from rlpost.core.errors import ConfigError
+from rlpost.core.registry import Registry
+from rlpost.core.schema import build_config, check_paths, composed_mapping, to_container, unknown_key_message
 from rlpost.corrections.base import CORRECTIONS
-from rlpost.correctness import find_correctness, verifiable_terms
-from rlpost.data import DataConfig, reasoning_gym_tasks
+from rlpost.data.sources import DataConfig, reasoning_gym_tasks
 from rlpost.envs.base import build_env
-from rlpost.errors import ConfigError
-from rlpost.eval_sets import build_eval_sets
+from rlpost.evaluation.objective import resolve_objective
+from rlpost.evaluation.sets import build_eval_sets
 from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig, KLPenalty
-from rlpost.models import ModelConfig, check_weights_available
-from rlpost.objective import resolve_objective
-from rlpost.registry import Registry
+from rlpost.models.critic import CriticConfig, check_critic
+from rlpost.models.loading import ModelConfig, check_weights_available
+from rlpost.models.lora_ensemble import EnsembleConfig, check_ensemble
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
-from rlpost.reward_columns import expand_columns
-from rlpost.reward_guard import reward_policies
-from rlpost.reward_terms import build_reward_terms
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
-from rlpost.schema import build_config, check_paths, composed_mapping, to_container, unknown_key_message
+from rlpost.scoring.columns import expand_columns
+from rlpost.scoring.correctness import find_correctness, verifiable_terms
+from rlpost.scoring.guard import reward_policies
+from rlpost.scoring.terms import build_reward_terms
 from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import build_transform
 
@@ -273,7 +273,7 @@ def check_run(run: BuiltRun) -> None:
         check_advantage_combine(run)
     if run.data.source == "benchmark":
         raise ConfigError(
-            f"data={run.data.task} is a test set (rlpost/benchmarks.py): evaluate with it, eval.sets=[{run.data.task}] "
+            f"data={run.data.task} is a test set (rlpost/data/benchmarks.py): evaluate with it, eval.sets=[{run.data.task}] "
             f"or rlpost eval data={run.data.task}, and train on other data (e.g. data=ifeval_train for IFEval)."
         )
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
@@ -323,7 +323,7 @@ def check_correction(run: BuiltRun) -> None:
 
 def check_sources(run: BuiltRun) -> None:
     """Cheap checks of what will be loaded (task name, data files, model folder: the declared path
-    kinds of rlpost/schema.py), so a typo fails here rather than after the run directory is made
+    kinds of rlpost/core/schema.py), so a typo fails here rather than after the run directory is made
     and the model is loaded."""
     data, model = run.data, run.model
     if data.source == "reasoning_gym":

@@ -14,27 +14,27 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
-from rlpost.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs
-from rlpost.correctness import Correctness
-from rlpost.data import DataConfig
+from rlpost.core.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs
+from rlpost.data.sources import DataConfig
 from rlpost.launch.deepspeed import deepspeed_config
-from rlpost.models import ModelConfig
-from rlpost.state import state_restored
+from rlpost.models.loading import ModelConfig
+from rlpost.runs.state import state_restored
+from rlpost.scoring.correctness import Correctness
 
 if TYPE_CHECKING:
     from rlpost.advantages.base import Advantage
-    from rlpost.algorithms.critic import CriticConfig
-    from rlpost.algorithms.lora_ensemble import EnsembleConfig
     from rlpost.combine.base import Combine
-    from rlpost.component import Component
+    from rlpost.core.component import Component
     from rlpost.corrections.base import Correction
     from rlpost.grad.base import GradTransform
     from rlpost.losses.base import PolicyLoss
     from rlpost.losses.kl import KLConfig
+    from rlpost.models.critic import CriticConfig
+    from rlpost.models.lora_ensemble import EnsembleConfig
     from rlpost.regularizers.base import Regularizer
-    from rlpost.reward_guard import FailurePolicy
     from rlpost.rewards.base import Reward
     from rlpost.rollouts.base import RolloutStrategy
+    from rlpost.scoring.guard import FailurePolicy
     from rlpost.select.base import Selector
 
 
@@ -81,7 +81,7 @@ class RewardParts:
 
     def combined(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
         """Reward terms [N, R] -> rewards [N] and the combiner's metrics: the one combination that training
-        (rlpost/pipeline.py, stage 1) and held-out evaluation (rlpost/evaluate.py) both use."""
+        (rlpost/pipeline.py, stage 1) and held-out evaluation (rlpost/evaluation/evaluate.py) both use."""
         return self.combine(terms, self.weights.to(terms.device), num_generations)
 
     def scored(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
@@ -111,8 +111,8 @@ class BuiltRun:
     hardware: HardwareConfig
     plan: BatchPlan
     env: Any = None  # data/env: an rlpost.envs.base.Environment (one per episode is made from it); None: no episodes
-    correct: Correctness | None = None  # eval/accuracy's criterion (rlpost/correctness.py); None: no accuracy
-    eval_sets: list[Any] = field(default_factory=list)  # eval.sets: rlpost.eval_sets.EvalSet, in order
+    correct: Correctness | None = None  # eval/accuracy's criterion (rlpost/scoring/correctness.py); None: no accuracy
+    eval_sets: list[Any] = field(default_factory=list)  # eval.sets: rlpost.evaluation.sets.EvalSet, in order
 
     def named_components(self) -> list[tuple[str, Component]]:
         """Every built component with its config path (state saving, ``requires``, ``check_run``, ``sampler``)."""

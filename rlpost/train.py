@@ -14,23 +14,23 @@ from transformers import PrinterCallback
 from trl import GRPOConfig
 
 from rlpost.algorithms import trainer_class
-from rlpost.best_checkpoint import BestCheckpoint
+from rlpost.analysis.plots import plot_curves
 from rlpost.build import build_run
-from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
-from rlpost.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_stale_staging, skipped_checkpoints
-from rlpost.data import load_datasets
-from rlpost.errors import ConfigError
-from rlpost.eval_callback import PeriodicEvalCallback
-from rlpost.held_out import evaluate_run
+from rlpost.core.errors import ConfigError
+from rlpost.core.secrets import install_log_redaction
+from rlpost.data.sources import load_datasets
+from rlpost.evaluation.best_checkpoint import BestCheckpoint
+from rlpost.evaluation.callback import PeriodicEvalCallback
+from rlpost.evaluation.held_out import evaluate_run
 from rlpost.launch.deepspeed import write_deepspeed_config
-from rlpost.models import load_model, load_tokenizer, peft_config
-from rlpost.plots import plot_curves
-from rlpost.preemption import PreemptionCallback
-from rlpost.ranks import is_main, on_main, write_folder
-from rlpost.replay import ReplayWriter
+from rlpost.models.loading import load_model, load_tokenizer, peft_config
 from rlpost.run import BuiltRun
-from rlpost.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
-from rlpost.secrets import install_log_redaction
+from rlpost.runs.callbacks import MetricsFileCallback, RichProgressCallback
+from rlpost.runs.checkpoints import CheckpointWriteError, checkpoint_to_load, remove_stale_staging, skipped_checkpoints
+from rlpost.runs.preemption import PreemptionCallback
+from rlpost.runs.ranks import is_main, on_main, write_folder
+from rlpost.runs.replay import ReplayWriter
+from rlpost.runs.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
 
 
 def train(
@@ -49,7 +49,7 @@ def train(
     held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)
     rundir = RunDirectory(run_dir)
-    install_log_redaction()  # secrets never reach a log record (rlpost/secrets.py)
+    install_log_redaction()  # secrets never reach a log record (rlpost/core/secrets.py)
     if is_main():  # before the training arguments read it; the launching parent wrote the same file
         write_deepspeed_config(run.hardware, rundir.path)  # scale-out: <run>/deepspeed.json (rlpost/launch/)
     os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
@@ -58,7 +58,7 @@ def train(
     tokenizer = load_tokenizer(run.model)
     model = load_model(run.model)
     args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))  # starts the process group
-    resume_from = _start_attempt(run, rundir)  # from here on, one writer per path (rlpost/ranks.py)
+    resume_from = _start_attempt(run, rundir)  # from here on, one writer per path (rlpost/runs/ranks.py)
     rundir.write_config(cfg, overrides or [])
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
@@ -144,7 +144,7 @@ class HeldOut:
 
 
 def _set_rows(spec) -> Any:
-    """An eval set's held-out split (rlpost/eval_sets.py), loaded before any model."""
+    """An eval set's held-out split (rlpost/evaluation/sets.py), loaded before any model."""
     return load_datasets(spec.data)[1]
 
 
@@ -167,7 +167,7 @@ def _check_resume(resume: str | None) -> None:
 
 
 def _start_attempt(run: BuiltRun, rundir: RunDirectory) -> str | None:
-    """The complete checkpoint to continue from (rlpost/checkpoints.py), or None for a fresh start.
+    """The complete checkpoint to continue from (rlpost/runs/checkpoints.py), or None for a fresh start.
 
     Resuming drops what a killed launch logged after that checkpoint from metrics.jsonl and
     samples.jsonl; a fresh start clears everything an earlier attempt in this run directory logged
@@ -209,7 +209,7 @@ def _evaluate_before(run: BuiltRun, rundir: RunDirectory, model, tokenizer, held
 
 def _save_final(trainer, checkpoints: Path) -> None:
     """``checkpoints/final``, written by every rank into a staging folder and renamed into place by the
-    main process (rlpost/ranks.py): a kill or a full disk never leaves half of it, nor removes the last
+    main process (rlpost/runs/ranks.py): a kill or a full disk never leaves half of it, nor removes the last
     complete checkpoint."""
     try:
         write_folder(checkpoints / "final", lambda staging: trainer.save_model(str(staging)))

@@ -8,8 +8,8 @@ import pytest
 import yaml
 from paths import REPO
 
-from rlpost.data import DataConfig
-from rlpost.schema import build_config
+from rlpost.core.schema import build_config
+from rlpost.data.sources import DataConfig
 
 DATA_CONF = REPO / "conf" / "data"
 
@@ -52,8 +52,8 @@ def stand_in_replay(folder: Path) -> None:
 
     import pandas as pd
 
-    from rlpost.replay import COLUMNS, TERM_PREFIX
     from rlpost.rewards.base import REWARDS
+    from rlpost.runs.replay import COLUMNS, TERM_PREFIX
 
     folder.mkdir()
     meta = {"num_generations": 4, "temperature": 1.0, "tokenizer_sha256": "-", "term_names": REWARDS.names()}

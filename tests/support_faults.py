@@ -1,4 +1,4 @@
-"""Rewards that fail on purpose, for the failure-policy tests (rlpost/reward_guard.py)."""
+"""Rewards that fail on purpose, for the failure-policy tests (rlpost/scoring/guard.py)."""
 
 import time
 import zlib

@@ -18,7 +18,7 @@ from pathlib import Path
 import torch
 import torch.distributed as dist
 
-from rlpost.ranks import barrier, is_main, rank, write_folder
+from rlpost.runs.ranks import barrier, is_main, rank, write_folder
 
 
 def skew(step: int) -> None:
@@ -28,7 +28,7 @@ def skew(step: int) -> None:
 def tiny_model():
     from transformers import AutoModelForCausalLM
 
-    from rlpost.models import ModelConfig, tiny_random_folder
+    from rlpost.models.loading import ModelConfig, tiny_random_folder
 
     return AutoModelForCausalLM.from_pretrained(tiny_random_folder(ModelConfig(source="tiny_random")))
 
@@ -53,8 +53,8 @@ def checkpoints(folder: Path, repeats: int) -> dict:
     renamed into place, older ones rotated away (save_total_limit=2)."""
     from transformers.trainer_utils import rotate_checkpoints
 
-    from rlpost.checkpoints import latest_checkpoint
-    from rlpost.ranks import on_main
+    from rlpost.runs.checkpoints import latest_checkpoint
+    from rlpost.runs.ranks import on_main
 
     model = tiny_model()
     for step in range(1, repeats + 1):
@@ -79,7 +79,7 @@ def run_files(folder: Path, repeats: int) -> dict:
     """config, metrics, samples, events, summary, eval_before.json: every rank calls, the main one writes."""
     from omegaconf import OmegaConf
 
-    from rlpost.rundir import RunDirectory
+    from rlpost.runs.rundir import RunDirectory
 
     run = RunDirectory(folder)
     for step in range(repeats):
@@ -98,7 +98,7 @@ def run_files(folder: Path, repeats: int) -> dict:
 
 
 def plots(folder: Path, repeats: int) -> dict:
-    from rlpost.plots import plot_curves
+    from rlpost.analysis.plots import plot_curves
 
     rows = [{"step": s, "reward": s / 10, "loss": 1 - s / 10} for s in range(10)]
     for step in range(repeats):
@@ -111,7 +111,7 @@ def plots(folder: Path, repeats: int) -> dict:
 
 def replay(folder: Path, repeats: int) -> dict:
     """rollouts/: one parquet per rank and batch, meta.json by the main process."""
-    from rlpost.replay import ReplayWriter, read_replay
+    from rlpost.runs.replay import ReplayWriter, read_replay
 
     writer = ReplayWriter(folder / "rollouts")
     for step in range(repeats):
@@ -124,7 +124,7 @@ def replay(folder: Path, repeats: int) -> dict:
 
 
 def sweep_summary(folder: Path, repeats: int) -> dict:
-    from rlpost.sweep import write_sweep_files
+    from rlpost.analysis.sweep import write_sweep_files
 
     for job in ("0", "1"):
         (folder / job).mkdir(parents=True, exist_ok=True)

@@ -10,8 +10,8 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
-from rlpost.data import load_datasets
-from rlpost.models import load_model, load_tokenizer
+from rlpost.data.sources import load_datasets
+from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rewards.base import completion_text
 from rlpost.trainer import RLPostTrainer
 

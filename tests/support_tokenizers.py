@@ -1,5 +1,5 @@
 """A tiny random causal LM with a tokenizer of its own (a small byte-level BPE trained here, offline), for
-tests of a teacher that does not share the student's tokenizer (rlpost/cross_tokenizer.py)."""
+tests of a teacher that does not share the student's tokenizer (rlpost/logprobs/cross_tokenizer.py)."""
 
 from __future__ import annotations
 

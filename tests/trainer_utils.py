@@ -9,8 +9,8 @@ from trl import GRPOConfig, GRPOTrainer
 from rlpost.algorithms import trainer_class
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
-from rlpost.models import load_model, load_tokenizer, peft_config
+from rlpost.data.sources import load_datasets
+from rlpost.models.loading import load_model, load_tokenizer, peft_config
 from rlpost.trainer import RLPostTrainer
 
 TINY = [

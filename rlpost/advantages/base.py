@@ -11,8 +11,8 @@ from typing import Any
 
 import torch
 
-from rlpost.component import Component
-from rlpost.registry import Registry
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 
 
 @dataclass

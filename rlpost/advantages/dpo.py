@@ -58,8 +58,8 @@ import torch.nn.functional as F
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.ed import surprisal
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 AGGREGATION = "seq-mean-token-sum"  # the one aggregation under which the weights give grad L exactly
 

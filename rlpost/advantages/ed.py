@@ -30,7 +30,7 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 def surprisal(logps: torch.Tensor, mask: torch.Tensor, normalize: str = "token_mean") -> torch.Tensor:

@@ -35,8 +35,8 @@ from typing import Annotated
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, Estimate, GroupBatch
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 def token_rewards(scores: torch.Tensor, mask: torch.Tensor, per_token: torch.Tensor | None = None) -> torch.Tensor:
@@ -119,7 +119,7 @@ class GAE(Advantage):
         if run.algorithm.critic is None:
             raise ConfigError(
                 "algorithm/advantage=gae needs a critic for its values: use algorithm=ppo (or ppo_or), "
-                "or set algorithm.critic (rlpost/algorithms/critic.py)."
+                "or set algorithm.critic (rlpost/models/critic.py)."
             )
 
     def describe(self) -> str:

@@ -50,7 +50,7 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 def group_entropy(entropies: torch.Tensor, mask: torch.Tensor, g: int, mean: str = "token") -> torch.Tensor:
@@ -79,7 +79,7 @@ def shape(advantages: torch.Tensor, group_h: torch.Tensor, low: float, high: flo
 class GEPO(Advantage):
     """GRPO advantages shaped by group entropy: damp A>0 in low-entropy groups, A<0 in high-entropy groups."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     seed = "seed 000 #30"
     requires = frozenset({"entropies"})

@@ -32,7 +32,7 @@ from typing import Annotated, Literal
 import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, advantage_metrics
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:

@@ -37,7 +37,7 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 @ADVANTAGES.register("hargo")

@@ -43,7 +43,7 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -72,7 +72,7 @@ def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothi
 class PMITokens(Advantage):
     """GRPO advantage redistributed over tokens by success/failure PMI over the batch, ramped in (P-GRPO) [N, T]."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     seed = "seed 000 #22"
 

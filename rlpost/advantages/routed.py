@@ -34,7 +34,7 @@ from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import compile_span, require_text, span_mask
 from rlpost.advantages.term_advantage import term_advantages
 from rlpost.combine.grouped import term_index
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 @dataclass(frozen=True)

@@ -35,8 +35,8 @@ from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import require_text, stage_index
 from rlpost.advantages.term_advantage import term_advantages
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 @dataclass(frozen=True)

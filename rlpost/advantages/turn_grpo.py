@@ -27,8 +27,8 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import nanstd
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 @ADVANTAGES.register("turn_grpo")

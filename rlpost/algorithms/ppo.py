@@ -32,8 +32,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
-from rlpost.algorithms.critic import CriticModel, ValueHead, completion_values, value_loss
 from rlpost.losses.base import LossInputs
+from rlpost.models.critic import CriticModel, ValueHead, completion_values, value_loss
 from rlpost.trainer import RLPostTrainer
 
 CRITIC_FILE = "critic.safetensors"

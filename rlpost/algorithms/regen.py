@@ -3,7 +3,7 @@
 The abstract: train a generalist "by simply recycling the replay memory -- the free by-product of
 the teachers' specialized RL training -- and employing offline RL algorithms", fully decoupling
 rollout sampling from the backward pass. Here a replay is what any rlpost run writes with
-``logging.replay=true`` (rlpost/replay.py); ``algorithm.replay`` lists one or more of them.
+``logging.replay=true`` (rlpost/runs/replay.py); ``algorithm.replay`` lists one or more of them.
 
 How a step runs (``RegenTrainer``): TRL's sampler draws group indices of the replay instead of
 prompts, and the generation step reads those groups' stored tokens, reward terms and behaviour
@@ -42,9 +42,9 @@ from datasets import Dataset
 from trl import GRPOTrainer
 from trl.trainer.utils import pad, use_adapter
 
-from rlpost.errors import ConfigError
-from rlpost.replay import TERM_PREFIX, check_columns, read_meta, read_replay, replay_folder, tokenizer_fingerprint
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.runs.replay import TERM_PREFIX, check_columns, read_meta, read_replay, replay_folder, tokenizer_fingerprint
 from rlpost.trainer import RLPostTrainer
 
 
@@ -161,7 +161,7 @@ class _ReplayBatches(GRPOTrainer):
 
         names = self.run.reward.names
         terms = torch.tensor([[float(r[TERM_PREFIX + n]) for n in names] for r in rows], device=device)
-        batch = self.batch  # what seams 1 and 2 would have recorded (rlpost/batch.py)
+        batch = self.batch  # what seams 1 and 2 would have recorded (rlpost/trainer/batch.py)
         batch.reward_terms = self.accelerator.gather(terms)  # [N, R]
         batch.prompts, batch.completions = [r["prompt"] for r in rows], [r["completion"] for r in rows]
         batch.lengths, batch.truncated = lengths, [bool(r["truncated"]) for r in rows]

@@ -43,7 +43,7 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
-from rlpost.algorithms.lora_ensemble import ATTRIBUTE, ENSEMBLE_FILE, LoraEnsemble, mutual_information
+from rlpost.models.lora_ensemble import ATTRIBUTE, ENSEMBLE_FILE, LoraEnsemble, mutual_information
 from rlpost.trainer import RLPostTrainer
 
 

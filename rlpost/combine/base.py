@@ -16,9 +16,9 @@ from typing import Any, ClassVar, Literal
 import torch
 
 from rlpost.combine.grouped import nan_weighted_sum
-from rlpost.component import Component
-from rlpost.errors import ConfigError
-from rlpost.registry import Registry
+from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
+from rlpost.core.registry import Registry
 
 # the advantage estimators whose whole job (a per-group baseline over the std, or not) a combine that
 # returns advantages has already done per threshold / part / column: it takes their place

@@ -34,8 +34,8 @@ import torch
 
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 @COMBINERS.register("decoupled")

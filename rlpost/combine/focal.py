@@ -24,7 +24,7 @@ Logged: ``focal/saturation/<term>`` and ``focal/weight/<term>`` per column, by t
 (by column index when called outside one).
 
 The criteria of one rubric are separate columns with ``reward=rubric`` and
-``reward.terms.0.params.columns=criteria`` (rlpost/rewards/rubric.py, rlpost/reward_columns.py): then
+``reward.terms.0.params.columns=criteria`` (rlpost/rewards/rubric.py, rlpost/scoring/columns.py): then
 focal re-weights the rubric's criteria, as the seed does; with the rubric's default single column it
 has one term and is the plain weighted sum.
 """
@@ -38,15 +38,15 @@ import torch
 
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import nan_weighted_sum
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 @COMBINERS.register("focal")
 class Focal(Combine):
     """Weighted sum whose weights move toward the criteria furthest from saturation."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config:

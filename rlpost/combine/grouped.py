@@ -14,7 +14,7 @@ import torch
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 def group_advantage(

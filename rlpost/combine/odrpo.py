@@ -37,7 +37,7 @@ import torch
 
 from rlpost.combine.base import COMBINERS, Combine
 from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 @COMBINERS.register("odrpo")

@@ -45,7 +45,7 @@ from typing import Annotated, Literal
 import torch
 
 from rlpost.combine.base import COMBINERS, Combine
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 
 
 def quantiles(x: torch.Tensor) -> torch.Tensor:

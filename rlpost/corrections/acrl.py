@@ -30,7 +30,7 @@ the earlier reading: the band holds only the
 discrepancy the gate lets through, which the gate can always meet by closing, whatever the engines
 do. The abstract's entropy increase is an effect to measure (``entropy`` in the logs,
 bench/METHODS.md), not a term added here. The controller state (tau, updates, last D) is saved in
-every checkpoint (rlpost/state.py) and restored on resume. Evaluation batches do not move it.
+every checkpoint (rlpost/runs/state.py) and restored on resume. Evaluation batches do not move it.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.corrections.base import (
     CORRECTIONS,
     Correction,
@@ -50,7 +51,6 @@ from rlpost.corrections.base import (
     fraction,
     weight_metrics,
 )
-from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
 
@@ -59,7 +59,7 @@ logger = logging.getLogger(__name__)
 class AdaptiveControl(Correction):
     """ACRL: a token gate |log pi - log mu| <= tau, tau adapted so the admitted discrepancy stays in a band."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):

@@ -30,6 +30,7 @@ from typing import Annotated
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.corrections.base import (
     CORRECTIONS,
     Correction,
@@ -38,7 +39,6 @@ from rlpost.corrections.base import (
     masked_mean,
     weight_metrics,
 )
-from rlpost.schema import Range
 
 EPS = 1e-12
 

@@ -19,11 +19,11 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from rlpost.component import Component
-from rlpost.registry import Registry
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 
 if TYPE_CHECKING:
-    from rlpost.models import ModelConfig
+    from rlpost.models.loading import ModelConfig
 
 
 @dataclass(frozen=True)

@@ -29,6 +29,8 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.corrections.base import (
     CORRECTIONS,
     Correction,
@@ -37,9 +39,7 @@ from rlpost.corrections.base import (
     fraction,
     weight_metrics,
 )
-from rlpost.errors import ConfigError
-from rlpost.model_options import named_model_config
-from rlpost.schema import Range
+from rlpost.models.options import named_model_config
 
 
 def sample_kl(x: CorrectionInputs) -> torch.Tensor:

@@ -16,6 +16,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.corrections.base import (
     CORRECTIONS,
     Correction,
@@ -25,7 +26,6 @@ from rlpost.corrections.base import (
     weight_metrics,
 )
 from rlpost.corrections.tis import importance_ratio
-from rlpost.schema import Range
 
 
 @CORRECTIONS.register("mis")

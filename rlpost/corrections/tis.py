@@ -19,6 +19,7 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.corrections.base import (
     CORRECTIONS,
     Correction,
@@ -28,7 +29,6 @@ from rlpost.corrections.base import (
     sequence_log_ratio,
     weight_metrics,
 )
-from rlpost.schema import Range
 
 
 def importance_ratio(x: CorrectionInputs, level: str) -> torch.Tensor:

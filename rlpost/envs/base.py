@@ -34,10 +34,10 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar, Literal
 
-from rlpost.component import Component
-from rlpost.errors import ConfigError
-from rlpost.registry import Registry
-from rlpost.schema import Range, build_config, check_paths, to_container
+from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
+from rlpost.core.registry import Registry
+from rlpost.core.schema import Range, build_config, check_paths, to_container
 
 Message = dict[str, str]  # {"role": "system" | "user" | "assistant" | "tool", "content": str}
 
@@ -75,7 +75,7 @@ class Environment(Component):
     # metric_names / episode_metrics; an environment may override those instead)
     METRICS: ClassVar[tuple[str, ...]] = ()
     # its episode reward checks the outcome against the row's gold (a final answer, a booking, tests):
-    # the env reward term is then eval/accuracy's default criterion (rlpost/correctness.py)
+    # the env reward term is then eval/accuracy's default criterion (rlpost/scoring/correctness.py)
     verifiable: ClassVar[bool] = False
     # a turn cut off at the generation cap still goes to step (its start is what counts, e.g. a controller's pick),
     # and the episode ends after it; otherwise step never sees it and truncated_reward applies
@@ -248,7 +248,7 @@ class ToolEnvironment(Environment):
         super().check_run(run)
         if self.cfg.tool_format == "chat_template":
             from rlpost.envs.tags import template_has_tools
-            from rlpost.models import load_tokenizer
+            from rlpost.models.loading import load_tokenizer
 
             if not template_has_tools(load_tokenizer(run.model)):
                 raise ConfigError(

@@ -22,10 +22,10 @@ import operator
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.tags import error_tag, result_tag
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

@@ -16,10 +16,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.envs.base import ENVS, Environment, Message, StepResult
-from rlpost.errors import ConfigError
 from rlpost.rewards.callable import load_object
-from rlpost.schema import build_config
 
 
 def _is_env(cls: Any) -> bool:

@@ -21,11 +21,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.envs.python import check_jail, jail_mode
 from rlpost.rewards.code_exec import extract_code
 from rlpost.rewards.sandbox import Outcome, execute
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

@@ -49,9 +49,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.schema import Range
 
 LABELS = ["correct", "wrong_operation", "arithmetic_slip", "sign_error", "missing_answer"]
 DIAGNOSE = (

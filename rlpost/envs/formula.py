@@ -1,6 +1,6 @@
 """The formula-discovery environment (``data/env=formula``): QuantEvolver's factor miner (seed 004 #20).
 
-An episode is one seed-factor x time-window task (``data=formula_tasks``, rlpost/formula_panel.py). The
+An episode is one seed-factor x time-window task (``data=formula_tasks``, rlpost/data/formula_panel.py). The
 policy writes one factor expression, ``<factor>rank(value) - mom5</factor>``, and the environment
 backtests it on the task's window of the synthetic panel and ends the episode with the
 **Diversity-Complementarity reward**::
@@ -13,7 +13,7 @@ backtests it on the task's window of the synthetic panel and ends the episode wi
 **Mined Factor Database** (the run's discovered factor library): a factor whose window IC is at least
 ``min_ic`` and whose ``rho`` is at most ``max_corr`` is added; the database keeps the ``library_size``
 best by IC. It is shared by every episode of the run (``fresh`` hands it on), saved in every
-``checkpoint-N/rlpost_state.pt`` (``state_dict``, restored on resume), and held-out evaluation leaves it as it was (rlpost/held_out.py restores it).
+``checkpoint-N/rlpost_state.pt`` (``state_dict``, restored on resume), and held-out evaluation leaves it as it was (rlpost/evaluation/held_out.py restores it).
 
 **Compact memory** (``memory_size`` > 0): instead of an ever-growing history of candidates and
 feedback, the prompt gains the ``memory_size`` best factors of the database with their IC, one line
@@ -32,11 +32,11 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.data.formula_panel import FactorError, daily_corr, evaluate_factor, factor_ic, make_panel
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
-from rlpost.errors import ConfigError
-from rlpost.formula_panel import FactorError, daily_corr, evaluate_factor, factor_ic, make_panel
 from rlpost.rewards.base import tag_content
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 
@@ -46,7 +46,7 @@ class FormulaConfig(Environment.Config):
     max_total_tokens: Annotated[int, Range(ge=2)] = 768  # prompt + the factor
     tag: str = "factor"  # the answer tag: <factor>expression</factor>
     panel_seed: Annotated[int, Range()] = (
-        0  # the synthetic panel (rlpost/formula_panel.py); must match data.task_params
+        0  # the synthetic panel (rlpost/data/formula_panel.py); must match data.task_params
     )
     days: Annotated[int, Range(ge=60)] = 300  # panel days
     stocks: Annotated[int, Range(ge=5)] = 40  # panel stocks

@@ -26,11 +26,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.envs.calculator import final_answer_reward
-from rlpost.model_options import frozen_generator, generate_reply, named_model_config
+from rlpost.models.options import frozen_generator, generate_reply, named_model_config
 from rlpost.rewards.math_answer import gold_number
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 SYSTEM = (
@@ -53,7 +53,7 @@ class FrozenWorkerConfig(Environment.Config):
 
 
 def worker(cfg: FrozenWorkerConfig) -> tuple[Any, Any]:
-    """The frozen worker model and its tokenizer (loaded once per process: rlpost/model_options.py)."""
+    """The frozen worker model and its tokenizer (loaded once per process: rlpost/models/options.py)."""
     return frozen_generator(
         cfg.worker_model, cfg.worker_overrides, "data.env.worker_model", "data.env.worker_overrides"
     )

@@ -20,13 +20,13 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.calculator import final_answer_reward
 from rlpost.envs.tags import error_tag, result_tag
-from rlpost.errors import ConfigError
 from rlpost.rewards.math_answer import gold_number
 from rlpost.rewards.sandbox import run_script, sandbox_available
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

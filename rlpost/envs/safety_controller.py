@@ -2,7 +2,7 @@
 model, turn by turn, against a safety judge (inference-time behavioural control, no change to the frozen model).
 
 Episode. ``reset(row)``: the frozen model (``worker_model``, any ``conf/model`` option, greedy,
-``worker_max_new_tokens``; loaded once per process by rlpost/model_options.py, as frozen_worker.py's worker)
+``worker_max_new_tokens``; loaded once per process by rlpost/models/options.py, as frozen_worker.py's worker)
 answers the row's user request as is, and the judge scores that answer, ``s_0``. The controller sees the request,
 the answer and the score, and each turn replies ``STRATEGY: <name>``; the environment adds that strategy's
 notes to the frozen model's prompt (cumulatively: its ``system`` text joins the system message, its ``user``
@@ -53,10 +53,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
-from rlpost.errors import ConfigError
-from rlpost.model_options import frozen_generator, generate_reply, named_model_config
-from rlpost.schema import Range
+from rlpost.models.options import frozen_generator, generate_reply, named_model_config
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

@@ -24,9 +24,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from rlpost.core.schema import PathSpec, Range, resolve_data_path
 from rlpost.envs.base import ENVS, Message, ToolConfig, ToolEnvironment, row_messages
 from rlpost.envs.tags import error_tag
-from rlpost.schema import PathSpec, Range, resolve_data_path
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

@@ -17,7 +17,7 @@ the goal slots are the row's ``goal_*`` columns (``slots``), compared after stri
 
 Sim-to-real (seed 004 #5, calibrated interactive RL): ``held_out_user: scripted`` plays held-out episodes against the
 scripted traveller (rlpost/envs/scripted_traveller.py), the stand-in for real users that also speaks the bundled
-logged dialogues the simulator can be aligned to (``rlpost align-simulator``, rlpost/sim_alignment.py); training
+logged dialogues the simulator can be aligned to (``rlpost align-simulator``, rlpost/models/sim_alignment.py); training
 episodes always meet the simulator.
 """
 
@@ -27,10 +27,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.envs.scripted_traveller import traveller_reply
-from rlpost.model_options import frozen_generator, generate_reply, named_model_config
-from rlpost.schema import Range
+from rlpost.models.options import frozen_generator, generate_reply, named_model_config
 from rlpost.transforms.base import add_note
 
 SYSTEM = (

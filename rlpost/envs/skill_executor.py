@@ -21,7 +21,7 @@ answers are shown to the critic, not to the policy), and writes the whole docume
 reward, and ``turn_grpo`` would credit each revision with what it changed.
 
 Choices where the seed is silent: the executor is any ``conf/model`` option (default SmolLM2-135M-Instruct,
-the "compact model"), greedy, loaded once per process (rlpost/model_options.py ``frozen_generator``, shared
+the "compact model"), greedy, loaded once per process (rlpost/models/options.py ``frozen_generator``, shared
 with data/env=frozen_worker); the executor sees only the document and one task (no examples: the document
 is the whole skill); a document longer than ``max_doc_chars`` is cut there (the executor reads the start); a
 held-in task whose gold answer the document states as a whole token counts as failed (``forbid_answer``: the
@@ -43,13 +43,13 @@ import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any, ClassVar
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.envs.base import ENVS, Environment, Message, StepResult, row_messages
 from rlpost.envs.calculator import final_answer_reward
 from rlpost.envs.frozen_worker import mentions
-from rlpost.errors import ConfigError
-from rlpost.model_options import frozen_generator, generate_replies, named_model_config
+from rlpost.models.options import frozen_generator, generate_replies, named_model_config
 from rlpost.rewards.math_answer import gold_number
-from rlpost.schema import Range
 from rlpost.transforms.base import add_note
 
 SYSTEM = (
@@ -199,8 +199,8 @@ class SkillExecutor(Environment):
         named_model_config(self.cfg.executor_model, self.cfg.executor_overrides, "data.env.executor_model",
                            "data.env.executor_overrides")  # fmt: skip
         if self.cfg.critic is not None:
+            from rlpost.core.schema import build_config
             from rlpost.rewards.rubric_writer import WriterConfig
-            from rlpost.schema import build_config
 
             build_config(WriterConfig, dict(self.cfg.critic), "data.env.critic")
         data = run.data

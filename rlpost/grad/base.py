@@ -6,11 +6,11 @@ from typing import TYPE_CHECKING
 
 import torch
 
-from rlpost.component import Component
-from rlpost.registry import Registry
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 
 if TYPE_CHECKING:
-    from rlpost.config import HardwareConfig
+    from rlpost.core.config import HardwareConfig
 
 
 class GradTransform(Component):

@@ -36,21 +36,21 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, directional_change, kept_energy, tracked_top_singular
 from rlpost.grad.trusted_projection import check_compatible, no_gradients_message
-from rlpost.schema import Range
 
 if TYPE_CHECKING:
-    from rlpost.config import HardwareConfig
+    from rlpost.core.config import HardwareConfig
 
 
 @GRAD_TRANSFORMS.register("direction_monitor")
 class DirectionMonitor(GradTransform):
     """Log the directional change of the update's top singular directions vs a clean reference (no grad change)."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     seed = "seed 004 #10"
 

@@ -43,8 +43,8 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
-from rlpost.schema import PathSpec, Range, path_kind, require_file
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import PathSpec, Range, path_kind, require_file
 
 FORMAT = "rlpost-subspace-v1"
 

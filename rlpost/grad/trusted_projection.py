@@ -50,13 +50,13 @@ from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.grad.subspace import Reference, SubspaceSettings, project_
-from rlpost.schema import Range
 
 if TYPE_CHECKING:
-    from rlpost.config import HardwareConfig
+    from rlpost.core.config import HardwareConfig
 
 
 def check_compatible(hardware: HardwareConfig, component: str = "trusted_projection") -> None:
@@ -74,7 +74,7 @@ def check_compatible(hardware: HardwareConfig, component: str = "trusted_project
 class TrustedProjection(GradTransform):
     """Project gradients onto the top singular directions of a clean reference update (per matrix)."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     seed = "seed 004 #10"
 

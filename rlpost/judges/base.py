@@ -37,10 +37,10 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from rlpost.component import Component
-from rlpost.errors import ConfigError
-from rlpost.registry import Registry
-from rlpost.schema import build_config, check_paths, key_path, to_container
+from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
+from rlpost.core.registry import Registry
+from rlpost.core.schema import build_config, check_paths, key_path, to_container
 
 logger = logging.getLogger(__name__)
 
@@ -127,7 +127,7 @@ class DiskCache:
 
 
 def default_cache_path() -> Path:
-    from rlpost.bundled_models import cache_dir
+    from rlpost.models.bundled import cache_dir
 
     return cache_dir() / "judge"
 

@@ -21,9 +21,9 @@ import threading
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.judges.base import JUDGES, DiskCache, Judge, check_common, default_cache_path, parse_scale
-from rlpost.models import ModelConfig
-from rlpost.schema import Range
+from rlpost.models.loading import ModelConfig
 
 
 @JUDGES.register("local")
@@ -69,7 +69,7 @@ class LocalJudge(Judge):
     def load(self) -> None:
         import torch
 
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         if self._model is not None:
             return

@@ -32,7 +32,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.judges.base import (
     JUDGES,
     DiskCache,
@@ -43,7 +44,6 @@ from rlpost.judges.base import (
     parse_yes_no,
     yes_probability,
 )
-from rlpost.schema import Range
 
 
 class Malformed(ValueError):

@@ -27,7 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
-from rlpost.errors import EXIT_PREEMPTED
+from rlpost.core.errors import EXIT_PREEMPTED
 from rlpost.launch.deepspeed import write_deepspeed_config
 
 MARKER = "RLPOST_LAUNCHED"  # set in the children: they run the job instead of launching again
@@ -75,7 +75,7 @@ def relaunch(hardware: Any, overrides: list[str]) -> int:
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     write_deepspeed_config(hardware, run_dir)
     cmd = launch_command(hardware, overrides)
-    from rlpost.secrets import redact_override
+    from rlpost.core.secrets import redact_override
 
     shown = cmd[: len(cmd) - len(overrides)] + [redact_override(o) for o in overrides]  # no secret in a file
     line = f"{MARKER}=1 " + shlex.join(shown)
@@ -95,7 +95,7 @@ def run_forwarding_signals(cmd: list[str], env: dict[str, str]) -> int:
     The launcher ignores both signals (inherited SIG_IGN, and ``TORCHELASTIC_SIGNALS_TO_HANDLE``
     leaves them out), so it neither dies nor kills the training processes after its 30 s grace:
     each training process finishes its step, saves one checkpoint with the others and exits
-    (rlpost/preemption.py; rlpost/cli.py restores the default handlers until training starts).
+    (rlpost/runs/preemption.py; rlpost/cli.py restores the default handlers until training starts).
     """
     child = subprocess.Popen(cmd, env=env, start_new_session=True, preexec_fn=_ignore_stop_signals)
 
@@ -118,7 +118,7 @@ def _ignore_stop_signals() -> None:
 
 def restore_stop_signals() -> None:
     """In a launched training process: SIGTERM/SIGINT stop it again (its launcher made them ignored)
-    until the trainer installs its save-and-stop handler (rlpost/preemption.py)."""
+    until the trainer installs its save-and-stop handler (rlpost/runs/preemption.py)."""
     if os.environ.get(MARKER):
         for sig in STOP_SIGNALS:
             signal.signal(sig, signal.SIG_DFL if sig == signal.SIGTERM else signal.default_int_handler)

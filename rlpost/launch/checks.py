@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 VLLM_MODES = ("colocate", "server")
 
@@ -62,7 +62,7 @@ def check_hardware(run: Any) -> None:
             f"without DeepSpeed (hardware={hw.name}, num_processes={hw.num_processes}); use train.logprob_head=auto."
         )
     if train.cpu_matmul == "onednn":
-        from rlpost import onednn
+        from rlpost.generation import onednn
 
         if hw.device != "cpu" or hw.num_processes > 1 or hw.zero_stage:
             raise ConfigError(

@@ -32,9 +32,9 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d, clipped_surrogate
-from rlpost.schema import Range
 
 COMPLEXITY_KEY = "rlpost_complexity"  # [B] per-row complexity in [0, 1], added at scoring time
 _WORD = re.compile(r"[^\W\d_]{3,}")

@@ -28,10 +28,10 @@ from typing import Annotated
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d
-from rlpost.schema import Range
 
 
 @LOSSES.register("cispo")

@@ -32,10 +32,10 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.diagnostics import or_diagnostics
-from rlpost.schema import Range
 
 
 def as_2d(advantages: torch.Tensor) -> torch.Tensor:

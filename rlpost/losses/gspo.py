@@ -27,9 +27,9 @@ from typing import Annotated
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d, check_clip_fields, clipped_surrogate, describe_clip
-from rlpost.schema import Range
 
 
 def sequence_log_ratio(logps: torch.Tensor, old_logps: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:

@@ -38,10 +38,10 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.base import Regularizer
-from rlpost.schema import Range
 
 Estimator = Literal["k1", "k2", "k3"]
 ESTIMATORS = ("k1", "k2", "k3")

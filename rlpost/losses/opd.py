@@ -25,7 +25,7 @@ on first use next to the student. By default it is Qwen2.5-Coder-0.5B-Instruct (
 different and stronger model than the SmolLM2-135M student. A teacher with the student's tokenizer
 scores the student's ids directly. Any other teacher scores the decoded completion under its own
 chat template, and its log-probs are aligned to the student's tokens by character offsets
-(rlpost/cross_tokenizer.py: exact per sequence, approximate per token at boundaries the tokenizers
+(rlpost/logprobs/cross_tokenizer.py: exact per sequence, approximate per token at boundaries the tokenizers
 cut differently).
 
 Multi-teacher distillation (MOPD, the setting of seed 000 #27: specialist teachers distilled into one
@@ -44,13 +44,13 @@ from typing import Annotated, Any
 
 import torch
 
-from rlpost.cross_tokenizer import teacher_logps_for
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.logprobs.cross_tokenizer import teacher_logps_for
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
-from rlpost.model_options import load_frozen, named_model_config
-from rlpost.models import check_weights_available
-from rlpost.schema import Range
+from rlpost.models.loading import check_weights_available
+from rlpost.models.options import load_frozen, named_model_config
 
 TEACHER_KEY = "rlpost_teacher_logps"
 
@@ -81,7 +81,7 @@ class Teacher:
 
     @classmethod
     def load(cls, config: Any, trainer) -> Teacher:
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         tokenizer = load_tokenizer(config)
         if tokenizer.get_vocab() == trainer._tokenizer.get_vocab():

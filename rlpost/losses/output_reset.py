@@ -43,10 +43,10 @@ from typing import Annotated
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d
 from rlpost.losses.diagnostics import direction, or_diagnostics
-from rlpost.schema import Range
 
 
 @LOSSES.register("output_reset")

@@ -57,11 +57,11 @@ import torch
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.group_norm import nanstd
+from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.air_sampler import IntentBatchSampler
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
-from rlpost.schema import Range
 
 KEYS = ("air_weight", "air_gap", "air_open", "air_anchored")  # the [N] tensors prepare() returns
 

@@ -5,9 +5,9 @@ from __future__ import annotations
 import torch
 
 from rlpost.advantages.base import GroupBatch
-from rlpost.component import Component
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 from rlpost.losses.base import LossInputs
-from rlpost.registry import Registry
 
 
 class Regularizer(Component):

@@ -22,10 +22,10 @@ from typing import Annotated
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
-from rlpost.schema import Range
 
 
 @REGULARIZERS.register("entropy")

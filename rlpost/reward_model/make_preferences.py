@@ -24,7 +24,7 @@ import json
 import random
 from pathlib import Path
 
-from rlpost.data import REPO_ROOT
+from rlpost.data.sources import REPO_ROOT
 
 OUT = REPO_ROOT / "recipes" / "data" / "arith_preferences.jsonl"
 PHRASINGS = ("{n}", "The answer is {n}.", "{expr} = {n}", "Answer: {n}")
@@ -54,8 +54,8 @@ def perturb(expression: str, gold: int, kind: str, rng: random.Random) -> int:
 def grpo_setup():
     """The default data config (conf/data/basic_arithmetic.yaml) and its held-out questions."""
     from rlpost.app import compose
-    from rlpost.data import DataConfig, load_datasets
-    from rlpost.schema import build_config
+    from rlpost.core.schema import build_config
+    from rlpost.data.sources import DataConfig, load_datasets
 
     data = build_config(DataConfig, compose(["data=basic_arithmetic", "seed=0"]).data, "data")
     _, eval_set = load_datasets(data)

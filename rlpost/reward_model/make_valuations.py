@@ -25,7 +25,7 @@ import math
 import random
 from pathlib import Path
 
-from rlpost.data import REPO_ROOT
+from rlpost.data.sources import REPO_ROOT
 
 OUT = REPO_ROOT / "recipes" / "data" / "karma_valuations.jsonl"
 SUBREDDITS = ("AskReddit", "CasualConversation", "NoStupidQuestions", "LifeProTips")

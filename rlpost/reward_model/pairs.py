@@ -22,8 +22,8 @@ from typing import Any
 
 import torch
 
-from rlpost.errors import ConfigError
-from rlpost.jsonl import json_objects
+from rlpost.core.errors import ConfigError
+from rlpost.core.jsonl import json_objects
 from rlpost.rewards.base import completion_text
 
 FIELDS = ("prompt", "chosen", "rejected")

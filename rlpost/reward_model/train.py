@@ -37,8 +37,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any, Literal, cast
 
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
+from rlpost.core.errors import ConfigError
+from rlpost.models.loading import ModelConfig
 from rlpost.reward_model.pairs import RM_META, Pair, encode, pairwise_metrics, read_pairs, render
 from rlpost.reward_model.valuations import Valuation, feature_names, read_valuations
 
@@ -89,10 +89,10 @@ class RMSettings:
 
 def build_settings(cfg: Any) -> RMSettings:
     """Validate the composed train-rm config; no model loads. Raises ConfigError."""
-    from rlpost.bundled_models import smollm2_gguf
-    from rlpost.data import resolve_data_path
-    from rlpost.models import _check_hf_path
-    from rlpost.schema import build_config, composed_mapping
+    from rlpost.core.schema import build_config, composed_mapping
+    from rlpost.data.sources import resolve_data_path
+    from rlpost.models.bundled import smollm2_gguf
+    from rlpost.models.loading import _check_hf_path
 
     settings = build_config(RMSettings, composed_mapping(cfg), "")
     if settings.model.lora.enabled:
@@ -125,7 +125,7 @@ def build_settings(cfg: Any) -> RMSettings:
 
 def load_pairs(settings: RMSettings) -> tuple[list[Pair], list[Pair]] | tuple[list[Valuation], list[Valuation]]:
     """The (train, heldout) rows of the objective: preference pairs or valuations (file:line errors)."""
-    from rlpost.data import resolve_data_path
+    from rlpost.data.sources import resolve_data_path
 
     train, heldout = (resolve_data_path(p) for p in settings.files())
     if settings.objective == "bradley_terry":
@@ -144,7 +144,7 @@ def load_classifier(cfg: ModelConfig):
     from transformers import AutoModelForSequenceClassification
     from transformers.utils import logging as hf_logging
 
-    from rlpost.models import _from_pretrained, load_tokenizer
+    from rlpost.models.loading import _from_pretrained, load_tokenizer
 
     tokenizer = load_tokenizer(cfg)
     verbosity = hf_logging.get_verbosity()
@@ -168,9 +168,9 @@ def train_rm(
     from transformers import PrinterCallback, TrainingArguments, set_seed
     from trl import RewardConfig, RewardTrainer
 
-    from rlpost.callbacks import MetricsFileCallback, RichProgressCallback
     from rlpost.reward_model.regression import ValuationTask
-    from rlpost.rundir import RunDirectory
+    from rlpost.runs.callbacks import MetricsFileCallback, RichProgressCallback
+    from rlpost.runs.rundir import RunDirectory
 
     if settings is None:
         settings = build_settings(cfg)

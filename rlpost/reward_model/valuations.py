@@ -29,8 +29,8 @@ from typing import Any
 
 import torch
 
-from rlpost.errors import ConfigError
-from rlpost.jsonl import json_objects
+from rlpost.core.errors import ConfigError
+from rlpost.core.jsonl import json_objects
 from rlpost.reward_model.pairs import valid_part
 
 FIELDS = ("prompt", "response", "value")

@@ -15,9 +15,9 @@ from __future__ import annotations
 import re
 from typing import Any, ClassVar
 
-from rlpost.component import Component
-from rlpost.registry import Registry
-from rlpost.schema import FieldError
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
+from rlpost.core.schema import FieldError
 
 
 class Reward(Component):
@@ -31,7 +31,7 @@ class Reward(Component):
     # trainer sets ``group_size`` before each call; the failure guard never retries it per sample
     is_group_reward: ClassVar[bool] = False
     # checks the answer against a gold reference, so a score at the threshold means "correct": the
-    # default criterion of eval/accuracy (rlpost/correctness.py); judged or learned scores are not
+    # default criterion of eval/accuracy (rlpost/scoring/correctness.py); judged or learned scores are not
     verifiable: ClassVar[bool] = False
     group_size: int | None = None  # G, set by the trainer for group rewards (None: runs of equal prompts)
     learning: bool = False  # set by the trainer: True while scoring a training batch (online rewards learn then)
@@ -59,7 +59,7 @@ class Reward(Component):
 
     def output_columns(self) -> list[tuple[str, float]] | None:
         """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:
-        rlpost/reward_columns.py makes one TRL reward function of each), else None: one column."""
+        rlpost/scoring/columns.py makes one TRL reward function of each), else None: one column."""
         return None
 
     def column_mean_weights(self, c: int) -> str | None:

@@ -29,7 +29,7 @@ from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 class ChoiceOrText(Reward):
     """Multiple-choice letter on anchor rows, gold answer text on open-ended rows (AIR data)."""
 
-    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable = True  # eval/accuracy's default criterion (rlpost/scoring/correctness.py)
 
     @dataclass(frozen=True)
     class Config:

@@ -15,8 +15,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answers_and_references
-from rlpost.schema import Range
 
 
 @REWARDS.register("chrf")

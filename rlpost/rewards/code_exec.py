@@ -31,9 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.sandbox import STATUSES, Outcome, execute
-from rlpost.schema import Range
 
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)
 
@@ -52,7 +52,7 @@ def extract_code(text: str, how: str) -> str | None:
 class CodeExec(Reward):
     """Fraction (or all) of the row's tests the completion's code passes, run in a limited child process."""
 
-    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable = True  # eval/accuracy's default criterion (rlpost/scoring/correctness.py)
 
     @dataclass(frozen=True)
     class Config:

@@ -43,9 +43,9 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column, completion_text
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
-from rlpost.schema import Range
 
 
 def word_ngrams(text: str) -> set[str]:

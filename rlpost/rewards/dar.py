@@ -28,10 +28,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.schema import Range
 
 
 def crps(xs: list[float], y: float) -> float:

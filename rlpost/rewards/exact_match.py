@@ -21,7 +21,7 @@ from rlpost.rewards.base import REWARDS, Reward, answer_text, column
 class ExactMatch(Reward):
     """Normalized string equality of the completion and a gold column."""
 
-    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable = True  # eval/accuracy's default criterion (rlpost/scoring/correctness.py)
 
     @dataclass(frozen=True)
     class Config:

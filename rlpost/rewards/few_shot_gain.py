@@ -35,9 +35,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.models import ModelConfig
+from rlpost.core.schema import Range
+from rlpost.models.loading import ModelConfig
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
-from rlpost.schema import Range
 
 
 def gain(with_demos: torch.Tensor, without: torch.Tensor, reduce: str) -> float:
@@ -92,7 +92,7 @@ class FewShotGain(Reward):
             self.scorer = run.model
 
     def load(self) -> None:
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         if self.scorer is None:
             raise ValueError("few_shot_gain: params.model is null and no run set it; give an rlpost model config")

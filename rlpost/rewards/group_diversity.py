@@ -26,10 +26,10 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, answer_text
 from rlpost.rewards.embeddings import cosine_matrix, minilm_folder
 from rlpost.rewards.group import GroupReward
-from rlpost.schema import Range
 
 
 @REWARDS.register("group_diversity")

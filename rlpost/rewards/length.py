@@ -21,8 +21,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, Reward, completion_text
-from rlpost.schema import Range
 
 
 @REWARDS.register("length")

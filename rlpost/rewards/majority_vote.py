@@ -28,10 +28,10 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
 from rlpost.rewards.math_answer import gold_number
-from rlpost.schema import Range
 
 
 def gold_answer(gold: Any, how: str) -> str | None:

@@ -32,8 +32,8 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, Reward, column, completion_text, strip_think
-from rlpost.schema import Range
 
 logger = logging.getLogger(__name__)
 
@@ -63,7 +63,7 @@ def gold_number(gold: Any) -> float | None:
 class MathAnswer(Reward):
     """Final-answer correctness against a gold column: last number or math-verify."""
 
-    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable = True  # eval/accuracy's default criterion (rlpost/scoring/correctness.py)
 
     @dataclass(frozen=True)
     class Config:

@@ -37,8 +37,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, Reward, answer_text, column
-from rlpost.schema import Range
 
 DEFAULT_TABLE = {
     "positive": {"up": 1.0, "flat": -0.5, "down": -2.0},
@@ -52,7 +52,7 @@ DEFAULT_ALIASES = {"bullish": "positive", "bearish": "negative"}
 class OutcomeTable(Reward):
     """Table reward: the stated label x the realized outcome bucket read from a data column."""
 
-    verifiable = True  # the realized outcome is the reference (rlpost/correctness.py)
+    verifiable = True  # the realized outcome is the reference (rlpost/scoring/correctness.py)
 
     seed = "seed 000 #15"
 

@@ -25,10 +25,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.preference import PAIR_TEMPLATE, PairwiseJudging, make_judge
-from rlpost.schema import Range
 
 
 @REWARDS.register("pairwise_preference")

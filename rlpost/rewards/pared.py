@@ -23,7 +23,7 @@ Choices where the abstract is silent:
   With several processes the gradients are averaged (all_reduce), so every copy stays identical.
 - It learns only on training batches: ``RLPostTrainer._calculate_rewards`` sets ``learning`` (True in
   train mode, False in eval and outside the trainer: ``rlpost eval`` scores with a frozen D).
-- State (w, b, the update count) is saved with every checkpoint (``state_dict``, rlpost/state.py).
+- State (w, b, the update count) is saved with every checkpoint (``state_dict``, rlpost/runs/state.py).
 - Logged: ``<term>/demo_prob``, ``<term>/policy_prob`` (mean D before the update), ``<term>/disc_acc``
   (accuracy at 0.5 on both classes), ``<term>/weight_norm``.
 """
@@ -39,8 +39,8 @@ from typing import Annotated, Any
 import torch
 import torch.distributed as dist
 
+from rlpost.core.schema import PathSpec, Range
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
-from rlpost.schema import PathSpec, Range
 
 FEATURES = ("length", "unique_ratio", "mean_word_len", "punct_rate", "digit_rate", "newline_rate", "ends_sentence")
 
@@ -66,7 +66,7 @@ def features(text: str, names: tuple[str, ...], length_scale: float) -> list[flo
 class Pared(Reward):
     """Probability, under an online logistic discriminator on response features, that a completion is a demonstration."""
 
-    stateful = True  # its running state travels with every checkpoint (rlpost/state.py)
+    stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config:
@@ -99,7 +99,7 @@ class Pared(Reward):
 
     @staticmethod
     def read_demos(cfg: Config) -> list[str]:
-        from rlpost.schema import resolve_data_path
+        from rlpost.core.schema import resolve_data_path
 
         assert cfg.demos_path is not None  # __init__ reads demos only when demos_path is set
         try:

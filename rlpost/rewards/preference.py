@@ -22,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import ParamError, answer_text
 from rlpost.rewards.rubric import prompt_text

@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 QEKind = Literal["comet", "classifier"]
 

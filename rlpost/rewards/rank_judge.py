@@ -29,10 +29,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.preference import PAIR_TEMPLATE, PairwiseJudging, make_judge
-from rlpost.schema import Range
 
 
 def average_ranks(values: list[float]) -> list[float]:

@@ -27,9 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.math_answer import NUMBER, gold_number
-from rlpost.schema import Range
 
 
 def target_vector(gold: Any) -> list[float] | None:

@@ -31,11 +31,11 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import PathSpec, Range, path_kind
 from rlpost.reward_model.pairs import RM_META, encode, score_ids
 from rlpost.reward_model.regression import render_row
 from rlpost.rewards.base import REWARDS, ParamError, Reward
-from rlpost.schema import PathSpec, Range, path_kind
 
 
 @path_kind("classifier_folder", "a reward-model folder (a 1-label *ForSequenceClassification) from `rlpost train-rm`")
@@ -49,7 +49,7 @@ def check_classifier_path(path: str, key: str, _cfg: Any) -> None:
 
 def check_classifier_folder(path: str) -> tuple[str, dict]:
     """The resolved folder and its rlpost metadata ({} when absent); ParamError on the ``path`` key."""
-    from rlpost.schema import resolve_data_path
+    from rlpost.core.schema import resolve_data_path
 
     folder = resolve_data_path(os.path.expanduser(path))
     hint = "train one with `rlpost train-rm` (it writes <run dir>/model/)"

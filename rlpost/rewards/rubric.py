@@ -26,7 +26,7 @@ reference (the rubric may then ask for agreement with it). Judge counters are lo
 criterion's batch mean as ``rubric/<name>`` (criteria of per-item rubrics are not logged by name).
 
 Columns (``columns``): ``mean`` gives the one weighted-mean column above. ``criteria`` gives one reward
-column per criterion (rlpost/reward_columns.py), so that a combiner sees them apart: Focal Reward
+column per criterion (rlpost/scoring/columns.py), so that a combiner sees them apart: Focal Reward
 (``reward/combine=focal``, seed 004 #4) re-weights criteria by their saturation, ``decoupled`` can
 name criteria as style terms. Each column holds ``s_ij`` (NaN where row i's rubric has no criterion j or
 its judge call failed) and has weight ``w_j / sum_k w_k`` times the term's weight, so the weighted sum
@@ -48,10 +48,10 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text, strip_think, tag_content
-from rlpost.schema import Range
 
 DEFAULT_TEMPLATE = (
     "You are grading a response to a task against one criterion.\n\n"
@@ -72,7 +72,7 @@ class Criterion:
 def parse_rubric(source: Any, where: str = "rubric") -> list[Criterion]:
     """A rubric (file path, YAML/JSON/Python-literal text, dict or list) -> criteria [J]."""
     if isinstance(source, str):
-        from rlpost.schema import resolve_data_path
+        from rlpost.core.schema import resolve_data_path
 
         path = resolve_data_path(source)
         if source.strip().endswith((".yaml", ".yml", ".json")) or os.path.isfile(path):

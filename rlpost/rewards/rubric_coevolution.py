@@ -37,8 +37,8 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.schema import Range
 from rlpost.rewards.rubric_writer import RubricWriter
-from rlpost.schema import Range
 
 
 @dataclass(frozen=True)
@@ -117,7 +117,7 @@ class WriterLearner:
             if self.writer.cfg.model.lora.enabled:
                 from peft import get_peft_model
 
-                from rlpost.models import peft_config
+                from rlpost.models.loading import peft_config
 
                 model = get_peft_model(model, peft_config(self.writer.cfg.model))
                 self.writer.model = model.eval()

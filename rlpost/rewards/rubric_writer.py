@@ -24,9 +24,9 @@ import urllib.request
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.models.loading import ModelConfig
 
 logger = logging.getLogger(__name__)
 
@@ -98,7 +98,7 @@ class RubricWriter:
         """The local writer's (model, tokenizer), loaded on first use (left padding, no grad)."""
         import torch
 
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         if self.model is None:
             device = self.cfg.device
@@ -132,7 +132,7 @@ class RubricWriter:
 
 
 def build_writer(node: Any) -> RubricWriter:
-    from rlpost.schema import build_config, check_paths, to_container
+    from rlpost.core.schema import build_config, check_paths, to_container
 
     cfg = build_config(WriterConfig, dict(to_container(node) or {}), "writer")
     check_paths(cfg, "writer")  # a local writer's model.path

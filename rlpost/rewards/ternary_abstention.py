@@ -19,9 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.schema import Range
 
 ABSTAIN = [
     r"\bI (?:do not|don't|dont) know\b",
@@ -36,7 +36,7 @@ ABSTAIN = [
 class TernaryAbstention(Reward):
     """Ternary reward: correct / abstained / wrong against a gold column (abstention learning)."""
 
-    verifiable = True  # eval/accuracy's default criterion (rlpost/correctness.py)
+    verifiable = True  # eval/accuracy's default criterion (rlpost/scoring/correctness.py)
 
     seed = "seed 004 #7"
 

@@ -32,9 +32,9 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from rlpost.component import Component
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 from rlpost.losses.base import LossInputs
-from rlpost.registry import Registry
 
 NATURAL = "natural"
 

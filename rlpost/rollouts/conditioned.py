@@ -33,10 +33,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.rewards.base import completion_text
 from rlpost.rollouts.base import RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
-from rlpost.schema import Range
 
 KIND = "conditioned"
 

@@ -39,12 +39,12 @@ import random
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import PathSpec, Range
+from rlpost.models.loading import ModelConfig
 from rlpost.rewards.math_answer import NUMBER, gold_number, last_number
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 from rlpost.rollouts.side_model import SideModel
-from rlpost.schema import PathSpec, Range
 
 TEMPLATE = "{prompt}\n\nA draft solution (it may be wrong):\n{draft}\n\nNow solve the problem yourself."
 BANK_SIZE = 64  # drafts of earlier steps kept for a step whose prompts are all one problem
@@ -87,7 +87,7 @@ def next_other(keys: list[str], p: int) -> int | None:
 
 def read_drafts(path: str, file_key: str) -> dict[str, str]:
     """The drafts file -> {key: draft}; ConfigError naming the line on bad input."""
-    from rlpost.schema import resolve_data_path
+    from rlpost.core.schema import resolve_data_path
 
     drafts: dict[str, str] = {}
     if not os.path.isfile(resolve_data_path(path)):

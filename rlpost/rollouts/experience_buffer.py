@@ -43,14 +43,14 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.envs.frozen_worker import task_text
-from rlpost.errors import ConfigError
 from rlpost.rewards.base import completion_text
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy
 from rlpost.rollouts.conditioned import revise_prompt
 from rlpost.rollouts.feedback_refine import first_paragraph
-from rlpost.schema import Range
 
 KIND = "experience"
 CRITIC = (
@@ -136,7 +136,7 @@ def extremes(rewards: torch.Tensor) -> list[int]:
 class ExperienceBuffer(RolloutStrategy):
     """Prompter policies (seed 004 #21): k rollouts per group see the contrastive buffer, trained under x."""
 
-    stateful = True  # the buffer travels with checkpoints (rlpost/state.py)
+    stateful = True  # the buffer travels with checkpoints (rlpost/runs/state.py)
     episodes = True  # it generates whole groups through the environment loop (frozen_worker)
 
     @dataclass(frozen=True)
@@ -181,7 +181,7 @@ class ExperienceBuffer(RolloutStrategy):
                 "buffer extends."
             )
         if self.critic.cfg.backend == "local":
-            from rlpost.models import check_weights_available
+            from rlpost.models.loading import check_weights_available
 
             check_weights_available(self.critic.cfg.model, "algorithm.rollout.critic.model")
 

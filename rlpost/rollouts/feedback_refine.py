@@ -24,10 +24,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.schema import Range
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import ConditionedConfig, ConditionedRollout, Request, revise_prompt
-from rlpost.schema import Range
 
 NOTE = "Feedback on your response: {feedback}\nWrite an improved response that takes this feedback into account."
 INSTRUCTION = (
@@ -70,7 +70,7 @@ class FeedbackRefine(ConditionedRollout):
     def check_run(self, run: Any) -> None:
         super().check_run(run)
         if self.writer.cfg.backend == "local":
-            from rlpost.models import check_weights_available
+            from rlpost.models.loading import check_weights_available
 
             check_weights_available(self.writer.cfg.model, "algorithm.rollout.writer.model")
 

@@ -33,11 +33,11 @@ from typing import Annotated, Any
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.rewards.base import completion_text
 from rlpost.rewards.ternary_abstention import ABSTAIN
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
-from rlpost.schema import Range
 
 KIND = "forced_refusal"
 TRUE = {"true", "yes", "1", "y"}

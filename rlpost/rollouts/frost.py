@@ -30,10 +30,10 @@ from typing import Annotated, Any
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.rewards.infill_likelihood import InfillLikelihood, middle_text
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
-from rlpost.schema import Range
 
 KIND = "frost"
 

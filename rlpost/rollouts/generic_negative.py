@@ -28,9 +28,9 @@ from typing import Annotated, Any
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
-from rlpost.schema import Range
 
 KIND = "generic_negative"
 GENERIC = [

@@ -6,7 +6,7 @@ answer, and the critique supplies an auxiliary on-policy distillation signal on 
 actions." Per group of G rows (prompt x), the first G - k are natural rollouts y ~ pi(. | x):
 
 1. failed: y failed when the run's correctness term (``eval.correct_term``, the exact-match style
-   reward that ``eval/accuracy`` reads, rlpost/correctness.py) scores it below ``fail_below``;
+   reward that ``eval/accuracy`` reads, rlpost/scoring/correctness.py) scores it below ``fail_below``;
 2. critique: a frozen writer (rlpost/rewards/rubric_writer.py: a local model, SmolLM2-135M-Instruct by
    default, ``writer.model.source=qwen2_5_coder`` sharper, or an OpenAI-compatible endpoint) reads
    ``instruction`` filled with the question, the failed attempt and, when ``judge_sees_gold`` (the
@@ -56,14 +56,14 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.envs.search import contains_answer
-from rlpost.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import KIND, ConditionedConfig, ConditionedRollout, Request, revise_prompt
 from rlpost.rollouts.feedback_refine import first_paragraph
-from rlpost.schema import Range
 
 INSTRUCTION = (
     "A student answered the question below and got it wrong. Write a short critique (one or two sentences) of "
@@ -122,7 +122,7 @@ class HindsightCritique(ConditionedRollout):
         super().__init__(cfg)
         self.writer = build_writer(cfg.writer)
         self.teacher_prompts: dict[int, list[int]] = {}  # retry row -> the prompt ids of c it was sampled under
-        self.reward_func: Any = None  # the run's correctness term (rlpost/correctness.py), set by check_run
+        self.reward_func: Any = None  # the run's correctness term (rlpost/scoring/correctness.py), set by check_run
 
     def check_run(self, run: Any) -> None:
         super().check_run(run)
@@ -133,7 +133,7 @@ class HindsightCritique(ConditionedRollout):
             )
         self.reward_func = run.reward.funcs[run.correct.index]
         if self.writer.cfg.backend == "local":
-            from rlpost.models import check_weights_available
+            from rlpost.models.loading import check_weights_available
 
             check_weights_available(self.writer.cfg.model, "algorithm.rollout.writer.model")
 

@@ -48,8 +48,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.errors import ConfigError
-from rlpost.evaluate import score
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.evaluation.evaluate import score
 from rlpost.rewards.base import completion_text
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import (
@@ -66,7 +67,6 @@ from rlpost.rollouts.feedback_refine import INSTRUCTION as CRITIQUE_ASK
 from rlpost.rollouts.feedback_refine import NOTE as CRITIQUE
 from rlpost.rollouts.interventions import intervened_prompt, write_notes
 from rlpost.rollouts.linucb import DIM, LinUCB, context
-from rlpost.schema import Range
 
 ARMS = ("none", "hint", "critique", "draft", "extra")
 PREFIX = "intervention_"  # the kind of an intervened row: intervention_<arm>
@@ -80,7 +80,7 @@ HINT = "Hint: {hint}"
 class InterventionBandit(RolloutStrategy):
     """RAIL: a probe, then a LinUCB bandit's intervention for the rest of the group, rewarded by its improvement."""
 
-    stateful = True  # the bandit travels with every checkpoint (rlpost/state.py)
+    stateful = True  # the bandit travels with every checkpoint (rlpost/runs/state.py)
     reward_adjustment = "relative"  # the none arm's empty slots leave the group (NaN)
 
     @dataclass(frozen=True)
@@ -136,7 +136,7 @@ class InterventionBandit(RolloutStrategy):
                 "reward; use a combine that returns rewards (weighted_sum, focal)."
             )
         if self.writer is not None and self.writer.cfg.backend == "local":
-            from rlpost.models import check_weights_available
+            from rlpost.models.loading import check_weights_available
 
             check_weights_available(self.writer.cfg.model, "algorithm.rollout.writer.model")
         self._reward = run.reward

@@ -55,10 +55,10 @@ from typing import Annotated, Any
 import torch
 import torch.nn.functional as F
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.losses.base import LossInputs
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
-from rlpost.schema import Range
 
 LANGUAGES = ["English", "French", "Spanish", "German", "Chinese"]
 PREF = "rlpost_language_pref"  # the loss-batch key: s_i in {-1, 0, +1} per row [B]
@@ -152,7 +152,7 @@ class LanguageRouted(RolloutStrategy):
     language preference term."""
 
     seed = "seed 004 #9"
-    stateful = True  # the router's log-weights and pick counts travel with every checkpoint (rlpost/state.py)
+    stateful = True  # the router's log-weights and pick counts travel with every checkpoint (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config:

@@ -37,13 +37,13 @@ from typing import Annotated, Any
 
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range, build_config
 from rlpost.losses.base import LossInputs
 from rlpost.rewards.base import ParamError, completion_text
 from rlpost.rewards.rubric import Rubric
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import KIND, ConditionedConfig, ConditionedRollout, Request, revise_prompt
-from rlpost.schema import Range, build_config
 
 HINT = "Make sure your response meets these criteria:\n{criteria}"
 GUIDED = "rlpost_guided"  # the loss-batch key: aux_coef on this process's kept privileged rows, else 0 [B]
@@ -81,7 +81,7 @@ class RubricGuidance(ConditionedRollout):
     """RISE-RL: repeatedly missed rubric items -> privileged rollouts, kept when they beat the natural mean,
     trained by an auxiliary objective that is removed once the hints stop helping."""
 
-    stateful = True  # miss counts, the benefit average and the switch travel with checkpoints (rlpost/state.py)
+    stateful = True  # miss counts, the benefit average and the switch travel with checkpoints (rlpost/runs/state.py)
     reward_adjustment = "relative"  # the kept privileged rows leave the group (NaN), per term too
 
     @dataclass(frozen=True)

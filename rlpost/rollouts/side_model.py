@@ -14,7 +14,7 @@ from typing import Any
 
 import torch
 
-from rlpost.models import ModelConfig
+from rlpost.models.loading import ModelConfig
 
 
 class SideModel:
@@ -31,7 +31,7 @@ class SideModel:
     def load(self, device: Any) -> None:
         if self._model is not None:
             return
-        from rlpost.models import load_model, load_tokenizer
+        from rlpost.models.loading import load_model, load_tokenizer
 
         self._tokenizer = load_tokenizer(self.cfg)
         self._tokenizer.padding_side = "left"

@@ -32,7 +32,7 @@ from typing import Any, Literal
 
 import torch
 
-from rlpost.evaluate import score
+from rlpost.evaluation.evaluate import score
 from rlpost.rewards.base import completion_text
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts
 from rlpost.rollouts.conditioned import ConditionedConfig, ConditionedRollout, Request, revise_prompt

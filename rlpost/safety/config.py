@@ -12,8 +12,8 @@ import warnings
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Literal
 
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 if TYPE_CHECKING:
     from rlpost.run import BuiltRun

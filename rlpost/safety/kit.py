@@ -24,7 +24,7 @@ from typing import Any
 import torch
 from transformers import TrainerCallback
 
-from rlpost.component import Component
+from rlpost.core.component import Component
 from rlpost.losses.kl import kl_estimate
 from rlpost.safety.config import SafetySettings, check_safety
 from rlpost.safety.fp32_updates import MasterWeights
@@ -209,7 +209,7 @@ class SafetyKit(Component):
         if self.event_sink is not None and self.trainer.accelerator.is_main_process:
             self.event_sink(row)
 
-    # ---- checkpoint state (rlpost/state.py) ---------------------------------------------------
+    # ---- checkpoint state (rlpost/runs/state.py) ---------------------------------------------------
     def state_dict(self) -> dict:
         state = {
             "rules": self.rules.state_dict(),

@@ -18,7 +18,7 @@ Choices where the abstract is silent:
 - with group-normalized advantages (GRPO, GEPO) a global affine map of the rewards cancels within
   each group; whitening matters for unnormalized baselines (Dr. GRPO, RLOO), PPO's critic, and the
   scale of reward-placed KL;
-- the state (count, mean, M2) travels with every checkpoint (``rlpost/state.py``).
+- the state (count, mean, M2) travels with every checkpoint (``rlpost/runs/state.py``).
 Metrics: ``safety/reward_running_mean``, ``safety/reward_running_std``.
 """
 

@@ -11,8 +11,8 @@ from __future__ import annotations
 import torch
 
 from rlpost.advantages.base import GroupBatch
-from rlpost.component import Component
-from rlpost.registry import Registry
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 
 
 class Selector(Component):

@@ -28,8 +28,8 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.advantages.base import GroupBatch
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.select.base import SELECTORS, Selector
 
 
@@ -76,7 +76,7 @@ def check_episodes(name: str, run: Any) -> None:
 class SdgaAuto(Selector):
     """Keep the round(budget * N) deepest searches of the batch (SDGA-Auto)."""
 
-    stateful = True  # the tie-breaking seed advances per batch (rlpost/state.py)
+    stateful = True  # the tie-breaking seed advances per batch (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config:

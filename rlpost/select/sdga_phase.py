@@ -22,7 +22,7 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.advantages.base import GroupBatch
-from rlpost.schema import Range
+from rlpost.core.schema import Range
 from rlpost.select.base import SELECTORS, Selector
 from rlpost.select.sdga_auto import allocate, budget_of, check_episodes, depth_metrics, search_depths
 
@@ -31,7 +31,7 @@ from rlpost.select.sdga_auto import allocate, budget_of, check_episodes, depth_m
 class SdgaPhase(Selector):
     """Prefer searches at least tau deep; raise tau when deeper ones fill the budget (SDGA-Phase)."""
 
-    stateful = True  # tau and the tie-breaking seed travel with every checkpoint (rlpost/state.py)
+    stateful = True  # tau and the tie-breaking seed travel with every checkpoint (rlpost/runs/state.py)
 
     @dataclass(frozen=True)
     class Config:

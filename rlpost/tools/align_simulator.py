@@ -1,5 +1,5 @@
 """``rlpost align-simulator``: fit the simulated user to logged dialogues and report the sim-to-real gap before and
-after (calibrated interactive RL, seed 004 #5; the method: rlpost/sim_alignment.py).
+after (calibrated interactive RL, seed 004 #5; the method: rlpost/models/sim_alignment.py).
 
     rlpost align-simulator out=runs/simulator                    # SmolLM2 on the bundled booking dialogues
     rlpost train recipe=calibrated_irl data.env.user_overrides.path=runs/simulator/model
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Annotated, Any, Literal
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 USER = (
     "You are a traveller talking to a train booking assistant. You want a {goal_class} class ticket to "
@@ -45,7 +45,7 @@ class AlignSettings:
 
 
 def read_dialogues(path: str, key: str) -> list[dict]:
-    from rlpost.schema import resolve_data_path
+    from rlpost.core.schema import resolve_data_path
 
     try:
         text = Path(resolve_data_path(path)).read_text()
@@ -62,7 +62,7 @@ def read_dialogues(path: str, key: str) -> list[dict]:
 def side_examples(s: AlignSettings, logged: list[dict]) -> list:
     """The examples of ``s.side``: the user turns in the simulator's context, or the assistant turns in the policy's."""
     from rlpost.envs.simulated_user import SYSTEM
-    from rlpost.sim_alignment import examples, policy_examples
+    from rlpost.models.sim_alignment import examples, policy_examples
 
     if s.side == "user":
         return [e for d in logged for e in examples(d, s.user_prompt)]
@@ -70,7 +70,7 @@ def side_examples(s: AlignSettings, logged: list[dict]) -> list:
 
 
 def check(s: AlignSettings, overrides: list[str]) -> AlignSettings:
-    from rlpost.model_options import named_model_config
+    from rlpost.models.options import named_model_config
 
     if not s.out:
         raise ConfigError("out is required: rlpost align-simulator out=<new folder>.")
@@ -90,10 +90,10 @@ def run(s: AlignSettings, output_dir: str, overrides: list[str]) -> int:
 
     from rich.progress import Progress
 
-    from rlpost.model_options import named_model_config
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.rundir import write_atomic
-    from rlpost.sim_alignment import MATCH, align, gap
+    from rlpost.models.loading import load_model, load_tokenizer
+    from rlpost.models.options import named_model_config
+    from rlpost.models.sim_alignment import MATCH, align, gap
+    from rlpost.runs.rundir import write_atomic
 
     config = named_model_config(s.user_model, s.user_overrides, "user_model", "user_overrides")
     model, tokenizer = load_model(config), load_tokenizer(config)

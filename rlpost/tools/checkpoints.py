@@ -12,7 +12,7 @@ import json
 from pathlib import Path
 from typing import Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 ADAPTER_CONFIG = "adapter_config.json"
 

@@ -1,5 +1,5 @@
 """``rlpost compare``: methods across seeds with mean, IQM and bootstrap 95% intervals, paired per-item
-tests, and curves with interval bands (the logic is rlpost/compare.py, the statistics rlpost/stats.py).
+tests, and curves with interval bands (the logic is rlpost/analysis/compare.py, the statistics rlpost/analysis/stats.py).
 
     rlpost compare runs=[runs/grpo-s0,runs/grpo-s1,runs/gepo-s0,runs/gepo-s1]
     rlpost compare dir=multirun/2026-01-01/12-00-00 'metrics=[eval/accuracy,eval/reward]' x_axis=tokens
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -32,7 +32,7 @@ def paths(s: CompareSettings) -> list[Path]:
 
 
 def check(s: CompareSettings, overrides: list[str]) -> CompareSettings:
-    from rlpost.compare import X_AXES, find_runs, group_methods
+    from rlpost.analysis.compare import X_AXES, find_runs, group_methods
 
     if not s.runs and not s.dir:
         raise ConfigError("nothing to compare: give runs=[<run dir>,...] or dir=<multirun dir>.")
@@ -56,7 +56,7 @@ def check(s: CompareSettings, overrides: list[str]) -> CompareSettings:
 
 
 def run(s: CompareSettings, output_dir: str, overrides: list[str]) -> int:
-    from rlpost.compare import write_comparison
+    from rlpost.analysis.compare import write_comparison
 
     first = paths(s)[0]
     out = Path(s.out).expanduser() if s.out else first if s.dir else first.parent

@@ -9,7 +9,7 @@ On a sample of training prompts, ``samples`` completions each at the rollout tem
   by sampling but does not give first; RL sharpens towards them.
 - signal = the within-group reward spread: ``signal_fraction`` is the share of prompts whose group
   rewards are not all equal (a group-relative advantage is zero otherwise), ``reward_std`` its mean.
-- value-gradient signal (``gradient_prompts`` > 0, rlpost/value_gradient.py): on that many prompts
+- value-gradient signal (``gradient_prompts`` > 0, rlpost/analysis/value_gradient.py): on that many prompts
   (``samples`` each), the GRPO policy gradient of the even and of the odd prompts; ``signal`` =
   sqrt(g_1 . g_2) estimates the norm of the expected (value) gradient, ``agreement`` is their cosine,
   ``noise`` the sampling part, and ``entropy`` the mean token entropy (the seed's error control).
@@ -22,7 +22,7 @@ Verdict, checked in this order (thresholds are config fields):
 4. ``weak`` otherwise, naming the criterion that failed.
 Choices the abstract leaves open: the measures above (the abstract defines no formula), prompts
 from the train split by default (what RL will see), the correctness criterion (``correct_term``:
-auto = the first verifiable term, rlpost/correctness.py, scoring at least ``correct_threshold``)
+auto = the first verifiable term, rlpost/scoring/correctness.py, scoring at least ``correct_threshold``)
 decides pass@k, and the weighted reward gives the spread. A reward without a criterion is refused.
 """
 
@@ -36,7 +36,7 @@ from typing import Literal
 import torch
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy, policy_correctness
 from rlpost.tools.runref import apply_run
 
@@ -118,7 +118,7 @@ def check(s: DiagnoseSettings, overrides: list[str]) -> DiagnoseSettings:
 def diagnose(s: DiagnoseSettings) -> dict:
     from transformers import set_seed
 
-    from rlpost.evaluate import evaluate_sampled
+    from rlpost.evaluation.evaluate import evaluate_sampled
 
     reward, dataset = check_policy(s, s.prompts, "prompts")
     set_seed(s.seed)
@@ -147,10 +147,15 @@ def diagnose(s: DiagnoseSettings) -> dict:
 
 
 def value_gradient_metrics(model, tokenizer, dataset, reward, s: DiagnoseSettings) -> dict[str, float]:
-    """``diag/value_gradient_*`` and ``diag/entropy`` on the first ``gradient_prompts`` prompts (rlpost/value_gradient.py)."""
+    """``diag/value_gradient_*`` and ``diag/entropy`` on the first ``gradient_prompts`` prompts (rlpost/analysis/value_gradient.py)."""
+    from rlpost.analysis.value_gradient import (
+        accumulate_policy_gradient,
+        flat_gradient,
+        group_advantages,
+        split_half_stats,
+    )
     from rlpost.envs.runner import ChatRenderer
-    from rlpost.evaluate import _generate_ids, score
-    from rlpost.value_gradient import accumulate_policy_gradient, flat_gradient, group_advantages, split_half_stats
+    from rlpost.evaluation.evaluate import _generate_ids, score
 
     rows = [dataset[i] for i in range(min(s.gradient_prompts, len(dataset)))]
     rows = rows[: len(rows) // 2 * 2]

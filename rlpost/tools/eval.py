@@ -11,8 +11,8 @@ is the first term's mean (the same numbers as a training run's held-out eval). S
 (``samples=n``): n completions per prompt at ``temperature``; ``sampled/pass@k`` (unbiased
 estimator), ``sampled/accuracy``, ``sampled/reward``, within-group ``reward_std``. Results are
 written as JSON (``out``, default ``<hydra run dir>/eval.json``) and printed as a table. During
-training the same greedy numbers are logged every ``eval.every`` steps (rlpost/eval_callback.py).
-With ``compose.positives`` (PRISM, seed 000 #13, rlpost/prism.py) the policy is ``model`` plus LoRA adapters
+training the same greedy numbers are logged every ``eval.every`` steps (rlpost/evaluation/callback.py).
+With ``compose.positives`` (PRISM, seed 000 #13, rlpost/models/prism.py) the policy is ``model`` plus LoRA adapters
 decoded with composed log-probabilities, ``z_base + sum_j w_j (z_j - z_base) - gamma (z_neg - z_base)``.
 """
 
@@ -24,10 +24,10 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.prism import ComposeSettings, check_compose
-from rlpost.ranks import is_main
-from rlpost.rundir import write_atomic
+from rlpost.core.errors import ConfigError
+from rlpost.models.prism import ComposeSettings, check_compose
+from rlpost.runs.ranks import is_main
+from rlpost.runs.rundir import write_atomic
 from rlpost.tools.policy import PolicySettings, check_policy, describe, load_policy, policy_correctness
 from rlpost.tools.runref import apply_run
 
@@ -68,14 +68,14 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
     """Load the policy and compute every requested metric (greedy and/or sampled)."""
     from transformers import set_seed
 
-    from rlpost.evaluate import evaluate, evaluate_sampled
+    from rlpost.evaluation.evaluate import evaluate, evaluate_sampled
 
     reward, dataset = check_policy(s, s.size, "size")
     correct = policy_correctness(s, reward)
     set_seed(s.seed)
     model, tokenizer = load_policy(s)
     if s.compose.positives:  # PRISM: the base plus its positive and negative adapters, composed per token
-        from rlpost.prism import load_composed
+        from rlpost.models.prism import load_composed
 
         folders = check_compose(s.compose, s.adapter, s.checkpoint, s.model)
         model = load_composed(model, folders, s.compose, tokenizer.eos_token_id)
@@ -143,7 +143,7 @@ def run(s: EvalCommand, output_dir: str, overrides: list[str]) -> int:
         "overrides": overrides,
         "results": results,
     }
-    if is_main():  # one writer per path (rlpost/ranks.py)
+    if is_main():  # one writer per path (rlpost/runs/ranks.py)
         out.parent.mkdir(parents=True, exist_ok=True)
         write_atomic(out, json.dumps(record, indent=2) + "\n")
     print_table(f"{s.model.display_name} on {record['data']} ({s.split}, {size} prompts)", results)

@@ -1,7 +1,7 @@
 """``rlpost list [word ...]``: every choice a user can make.
 
 - components: every registered component by kind (advantage, loss, reward, ...) with its
-  description and seed reference (rlpost/listing.py);
+  description and seed reference (rlpost/tools/listing.py);
 - config groups: every option of every group under ``conf/`` (algorithm bundles, models, data sets,
   rewards, hardware presets, recipes, launchers, and the nested ``algorithm/loss`` ...) with the
   first line of its yaml header, chosen on the command line as ``<group>=<option>``.
@@ -30,7 +30,7 @@ GROUPS = (
 
 
 def main(args: list[str]) -> int:
-    from rlpost.listing import REGISTRIES, group_rows, group_words, rows
+    from rlpost.tools.listing import REGISTRIES, group_rows, group_words, rows
 
     kinds, words = list(REGISTRIES), group_words()
     for word in args:

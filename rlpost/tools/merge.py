@@ -30,9 +30,9 @@ from pathlib import Path
 from typing import Any, Literal
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.models import LoraSettings, ModelConfig
-from rlpost.prism import check_adapter_base
+from rlpost.core.errors import ConfigError
+from rlpost.models.loading import LoraSettings, ModelConfig
+from rlpost.models.prism import check_adapter_base
 from rlpost.tools import merge_math
 from rlpost.tools.checkpoints import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
 
@@ -81,7 +81,7 @@ class Plan:
 
 def base_folder(cfg: ModelConfig) -> Path:
     """A local folder for the model group (converted SmolLM2, tiny random, local path or cached hub id)."""
-    from rlpost.models import _hf_offline, model_folder
+    from rlpost.models.loading import _hf_offline, model_folder
 
     folder = model_folder(cfg)
     if os.path.isdir(folder):
@@ -140,7 +140,7 @@ def _plan_lora(s: MergeSettings) -> Plan:
         raise ConfigError(f"adapter={s.adapter!r}: {adapter} has no adapter_config.json (not a LoRA adapter).")
     model = s.model
     if model is None and is_run_dir(Path(s.adapter).expanduser()):
-        from rlpost.schema import build_config
+        from rlpost.core.schema import build_config
 
         model = build_config(ModelConfig, run_config(Path(s.adapter).expanduser())["model"], "model")
     if model is None:
@@ -190,7 +190,7 @@ def merge(s: MergeSettings, out: Path) -> Path:
 
 
 def _adapters_merged(p: Plan, tmp: Path) -> Plan:
-    """task_arithmetic / ties over LoRA adapters (PRISM's weight-space composition, rlpost/prism.py): each
+    """task_arithmetic / ties over LoRA adapters (PRISM's weight-space composition, rlpost/models/prism.py): each
     adapter input merged into the base first, in ``tmp/.adapters/<i>`` (removed before ``tmp`` is renamed)."""
     inputs = []
     for i, (key, folder) in enumerate(p.inputs):
@@ -251,7 +251,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
 def _merge_lora(p: Plan, tmp: Path, dtype: str | None) -> None:
     from peft import PeftModel
 
-    from rlpost.models import load_model, load_tokenizer
+    from rlpost.models.loading import load_model, load_tokenizer
 
     assert p.base is not None and p.base_model is not None and p.adapter is not None  # method=lora: set by _plan_lora()
     base = load_model(p.base_model)

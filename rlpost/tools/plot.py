@@ -5,7 +5,7 @@
     rlpost plot runs=[A,B] labels=[grpo,gepo] 'keys=[rewards/*]' out=cmp.png
 
 Each entry of ``runs`` is a run directory (one line) or a multirun directory (one line per job,
-labelled with the overrides that tell its jobs apart). The figure is built by ``rlpost/plots.py``
+labelled with the overrides that tell its jobs apart). The figure is built by ``rlpost/analysis/plots.py``
 (the same code that draws ``plots/training.png`` at the end of every run).
 """
 
@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -30,8 +30,8 @@ class PlotSettings:
 
 def collect(s: PlotSettings) -> dict[str, list[dict[str, Any]]]:
     """``{label: metrics rows}`` over every run and every job of every multirun in ``runs``."""
-    from rlpost.rundir import read_jsonl
-    from rlpost.sweep import job_dirs, load_jobs, split_overrides
+    from rlpost.analysis.sweep import job_dirs, load_jobs, split_overrides
+    from rlpost.runs.rundir import read_jsonl
 
     out: dict[str, list[dict[str, Any]]] = {}
     for i, entry in enumerate(s.runs):
@@ -58,7 +58,7 @@ def check(s: PlotSettings, overrides: list[str]) -> PlotSettings:
         raise ConfigError(f"smooth={s.smooth} must be >= 1 (1 = raw values).")
     if s.labels is not None and len(s.labels) != len(s.runs):
         raise ConfigError(f"labels has {len(s.labels)} entries but runs has {len(s.runs)}; give one per entry.")
-    from rlpost.plots import expand_keys
+    from rlpost.analysis.plots import expand_keys
 
     runs = collect(s)
     if not expand_keys(runs, tuple(s.keys)):
@@ -73,7 +73,7 @@ def default_out(s: PlotSettings) -> Path:
 
 
 def run(s: PlotSettings, output_dir: str, overrides: list[str]) -> int:
-    from rlpost.plots import expand_keys, plot_curves
+    from rlpost.analysis.plots import expand_keys, plot_curves
 
     runs = collect(s)
     out = Path(s.out) if s.out else default_out(s)

@@ -7,11 +7,11 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
-from rlpost.config import HardwareConfig
-from rlpost.data import DataConfig
-from rlpost.errors import ConfigError
-from rlpost.models import LoraSettings, ModelConfig
-from rlpost.schema import Range
+from rlpost.core.config import HardwareConfig
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.data.sources import DataConfig
+from rlpost.models.loading import LoraSettings, ModelConfig
 
 
 @dataclass(frozen=True)
@@ -29,7 +29,7 @@ class PolicySettings:
     batch_size: int = 50
     temperature: float = 1.0
     top_p: float = 1.0
-    correct_term: str | None = "auto"  # the reward term that decides correctness (rlpost/correctness.py)
+    correct_term: str | None = "auto"  # the reward term that decides correctness (rlpost/scoring/correctness.py)
     correct_threshold: Annotated[float, Range()] = 1.0  # correct when that term scores at least this
     out: str | None = None
     progress: bool = True
@@ -41,9 +41,9 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
     import torch
 
     from rlpost.build import build_reward
-    from rlpost.bundled_models import smollm2_gguf
-    from rlpost.data import load_datasets
-    from rlpost.models import _check_hf_path
+    from rlpost.data.sources import load_datasets
+    from rlpost.models.bundled import smollm2_gguf
+    from rlpost.models.loading import _check_hf_path
     from rlpost.tools.checkpoints import is_adapter, resolve_checkpoint
 
     reward = build_reward(s.reward)
@@ -73,7 +73,7 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
 def policy_correctness(s: PolicySettings, reward, required_by: str | None = None):
     """The correctness criterion of ``s`` over the built ``reward`` (None: no accuracy); ``required_by`` names
     what cannot work without one (a ConfigError then, before any model loads)."""
-    from rlpost.correctness import find_correctness, no_accuracy_reason, verifiable_terms
+    from rlpost.scoring.correctness import find_correctness, no_accuracy_reason, verifiable_terms
 
     correct = find_correctness(
         verifiable_terms(reward.funcs), reward.names, s.correct_term, s.correct_threshold, key=""
@@ -88,13 +88,13 @@ def policy_correctness(s: PolicySettings, reward, required_by: str | None = None
 
 def load_policy(s: PolicySettings):
     """(model on the hardware's device in eval mode, tokenizer); a LoRA adapter is merged into its base."""
-    from rlpost.models import load_model, load_tokenizer
+    from rlpost.models.loading import load_model, load_tokenizer
 
     base = replace(s.model, lora=LoraSettings())
     model = load_model(base)
     tokenizer = load_tokenizer(base)
     if s.model.path:  # a UG-TTT checkpoint: the frozen base plus its adapters, evaluated as their mean
-        from rlpost.algorithms.lora_ensemble import merge_saved_ensemble
+        from rlpost.models.lora_ensemble import merge_saved_ensemble
 
         merge_saved_ensemble(model, s.model.path)
     if s.adapter is not None:

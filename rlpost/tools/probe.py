@@ -4,7 +4,7 @@
     rlpost probe run=<run dir> belief=context       # the in-context proxy (no fine-tuning per checkpoint)
     rlpost probe model=smollm2-135m                 # one model
 
-Each model is probed with the bundled conflict scenarios (rlpost/probe.py): the probability that it
+Each model is probed with the bundled conflict scenarios (rlpost/evaluation/probe.py): the probability that it
 takes the grader's side when a synthetic-document belief says the grader rewards it, the same when
 the contrastive belief says the grader rewards what the user or developer wants, and their
 difference, ``probe/shift``. Writes ``probe.json`` (one row per checkpoint with its step, and the
@@ -23,10 +23,10 @@ from pathlib import Path
 from typing import Annotated, Literal
 
 from rlpost.app import launch, tool
-from rlpost.config import HardwareConfig
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
-from rlpost.schema import Range
+from rlpost.core.config import HardwareConfig
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.models.loading import ModelConfig
 
 PLOT_KEYS = ("probe/grader_rate", "probe/party_rate", "probe/shift")
 
@@ -66,7 +66,7 @@ def run_final_step(run_dir: Path) -> int | None:
 
 def models_to_probe(s: ProbeSettings) -> list[tuple[str, int, ModelConfig]]:
     """``(label, step, model config)`` in step order; checks every folder before any model loads."""
-    from rlpost.schema import build_config
+    from rlpost.core.schema import build_config
     from rlpost.tools.checkpoints import is_adapter, is_run_dir, resolve_checkpoint, run_config
 
     if s.run is None:
@@ -102,8 +102,8 @@ def models_to_probe(s: ProbeSettings) -> list[tuple[str, int, ModelConfig]]:
 
 
 def check(s: ProbeSettings, overrides: list[str]) -> ProbeSettings:
-    from rlpost.data import REPO_ROOT
-    from rlpost.probe import load_scenarios
+    from rlpost.data.sources import REPO_ROOT
+    from rlpost.evaluation.probe import load_scenarios
 
     if s.run is not None and any(o.split("=", 1)[0] == "model" for o in overrides):
         raise ConfigError("Give either run=<run directory> or model=<choice>, not both: they name two models.")
@@ -122,11 +122,11 @@ def output_folder(s: ProbeSettings, output_dir: str) -> Path:
 def run(s: ProbeSettings, output_dir: str, overrides: list[str]) -> int:
     from tqdm.auto import tqdm
 
-    from rlpost.data import REPO_ROOT
-    from rlpost.models import load_model, load_tokenizer
-    from rlpost.plots import plot_curves
-    from rlpost.probe import ProbeConfig, load_scenarios, probe
-    from rlpost.rundir import write_atomic
+    from rlpost.analysis.plots import plot_curves
+    from rlpost.data.sources import REPO_ROOT
+    from rlpost.evaluation.probe import ProbeConfig, load_scenarios, probe
+    from rlpost.models.loading import load_model, load_tokenizer
+    from rlpost.runs.rundir import write_atomic
 
     path = Path(s.scenarios)
     scenarios = load_scenarios(path if path.is_absolute() or path.exists() else REPO_ROOT / path)

@@ -1,5 +1,5 @@
 """``rlpost report path=DIR [out=FILE] [samples_per_step=N] [smooth=W]``: one self-contained HTML page of a
-run directory or a whole sweep (built by rlpost/report.py). A Hydra app on ``conf/report.yaml``; ``-m`` works.
+run directory or a whole sweep (built by rlpost/analysis/report.py). A Hydra app on ``conf/report.yaml``; ``-m`` works.
 """
 
 from __future__ import annotations
@@ -7,9 +7,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from pathlib import Path
 
+from rlpost.analysis.report import find_runs, write_report
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.report import find_runs, write_report
+from rlpost.core.errors import ConfigError
 
 
 @dataclass(frozen=True)

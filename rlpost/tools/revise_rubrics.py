@@ -6,7 +6,7 @@
 
 The run must log its criteria (``reward=rubric`` with a rubric file logs ``rubric/<name>`` every step).
 Reads ``metrics.jsonl`` and ``samples.jsonl`` into ``rubric_memory.jsonl`` (the persistent memory,
-rlpost/rubric_memory.py), decides per criterion (raise / clarify / revert / keep), asks the writer for
+rlpost/analysis/rubric_memory.py), decides per criterion (raise / clarify / revert / keep), asks the writer for
 the new criteria, writes ``rubrics/rubric_v<N>.yaml`` when anything changed, and appends the edits to
 the memory. One writer per file: the memory is rewritten whole through a temporary file.
 """
@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 
 
 @dataclass(frozen=True)
@@ -45,7 +45,7 @@ def run_rubric(s: ReviseSettings, run_dir: Path, memory: list[dict]) -> Path:
     revisions = [r["path"] for r in memory if r["kind"] == "revision"]
     if revisions:
         return Path(revisions[-1])
-    from rlpost.schema import resolve_data_path
+    from rlpost.core.schema import resolve_data_path
     from rlpost.tools.checkpoints import run_config
 
     terms = (run_config(run_dir).get("reward") or {}).get("terms") or []
@@ -61,15 +61,15 @@ def run_rubric(s: ReviseSettings, run_dir: Path, memory: list[dict]) -> Path:
 
 
 def memory_path(s: ReviseSettings, run_dir: Path) -> Path:
-    from rlpost.rubric_memory import MEMORY_FILE
+    from rlpost.analysis.rubric_memory import MEMORY_FILE
 
     return Path(s.memory).expanduser() if s.memory else run_dir / MEMORY_FILE
 
 
 def check(s: ReviseSettings, overrides: list[str]) -> ReviseSettings:
+    from rlpost.analysis.rubric_memory import read_jsonl
     from rlpost.rewards.rubric import parse_rubric
     from rlpost.rewards.rubric_writer import build_writer
-    from rlpost.rubric_memory import read_jsonl
     from rlpost.tools.checkpoints import is_run_dir
 
     if not s.run:
@@ -91,9 +91,7 @@ def check(s: ReviseSettings, overrides: list[str]) -> ReviseSettings:
 def run(s: ReviseSettings, output_dir: str, overrides: list[str]) -> int:
     import yaml
 
-    from rlpost.rewards.rubric import parse_rubric
-    from rlpost.rewards.rubric_writer import build_writer
-    from rlpost.rubric_memory import (
+    from rlpost.analysis.rubric_memory import (
         Decision,
         RevisionSettings,
         decide,
@@ -102,7 +100,9 @@ def run(s: ReviseSettings, output_dir: str, overrides: list[str]) -> int:
         read_jsonl,
         writer_prompt,
     )
-    from rlpost.rundir import write_atomic
+    from rlpost.rewards.rubric import parse_rubric
+    from rlpost.rewards.rubric_writer import build_writer
+    from rlpost.runs.rundir import write_atomic
 
     run_dir = Path(s.run or "").expanduser()
     mem_file = memory_path(s, run_dir)

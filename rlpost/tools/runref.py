@@ -15,7 +15,7 @@ import copy
 from pathlib import Path
 from typing import Any
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.tools.checkpoints import is_adapter, is_run_dir, resolve_checkpoint, run_config
 
 GROUPS = ("data", "reward")

@@ -2,7 +2,7 @@
 
 Runs ``python -m trl.scripts.vllm_serve --model <folder>`` (the ``trl vllm-serve`` entry point) with
 the host, port, tensor parallelism and GPU memory share of the hardware profile, for the model
-group's weights (``rlpost.models.model_folder``: the converted SmolLM2 folder, the tiny model or
+group's weights (``rlpost.models.loading.model_folder``: the converted SmolLM2 folder, the tiny model or
 ``model.path``). Then ``rlpost train hardware=vllm-server`` on the other GPU(s) reaches it at
 ``hardware.vllm_server_host:vllm_server_port``. The checks run first, so on a CPU machine or
 without vllm it fails fast with the install hint (exit 2); vllm itself is never imported here.
@@ -15,7 +15,7 @@ import subprocess
 import sys
 
 from rlpost.app import fail, validate
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 def serve_command(model_folder: str, hardware) -> list[str]:
@@ -39,10 +39,10 @@ def serve_command(model_folder: str, hardware) -> list[str]:
 
 def build_server(cfg, overrides: list[str]):
     """The composed config -> (hardware profile, model config), checked for vLLM (no model loads)."""
-    from rlpost.config import HardwareConfig
+    from rlpost.core.config import HardwareConfig
+    from rlpost.core.schema import build_config, to_container
     from rlpost.launch.checks import check_vllm
-    from rlpost.models import ModelConfig
-    from rlpost.schema import build_config, to_container
+    from rlpost.models.loading import ModelConfig
 
     hardware = build_config(HardwareConfig, to_container(cfg.hardware), "hardware")
     model = build_config(ModelConfig, to_container(cfg.model), "model")
@@ -53,7 +53,7 @@ def build_server(cfg, overrides: list[str]):
 def main(args: list[str]) -> int:
     """Composed and checked once through the launch path (rlpost/app.py), then the server runs in the
     foreground (no Hydra run directory)."""
-    from rlpost.models import model_folder
+    from rlpost.models.loading import model_folder
 
     overrides = args if any(a.startswith("hardware=") for a in args) else ["hardware=vllm-server", *args]
     try:

@@ -1,15 +1,15 @@
 """``rlpost show [overrides]``: the composed config (secrets redacted) and a plain-language explanation of
-the run (rlpost/show.py). Composed and built once through the launch path (rlpost/app.py); nothing runs."""
+the run (rlpost/tools/explain.py). Composed and built once through the launch path (rlpost/app.py); nothing runs."""
 
 from __future__ import annotations
 
 from rlpost.app import fail, validate
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 def main(args: list[str]) -> int:
-    from rlpost.secrets import redacted_yaml
-    from rlpost.show import explain
+    from rlpost.core.secrets import redacted_yaml
+    from rlpost.tools.explain import explain
 
     try:
         (job,) = validate(args, multirun=False)

@@ -5,7 +5,7 @@
 
 Prints a terminal table and writes ``sweep_summary.md`` and ``sweep_summary.csv`` (plus
 ``plots/sweep.png``, one line per job) into ``out`` (default: the multirun directory). The table
-logic is ``rlpost/sweep.py``, which the multirun callback of ``rlpost train -m`` also runs.
+logic is ``rlpost/analysis/sweep.py``, which the multirun callback of ``rlpost train -m`` also runs.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 
 @dataclass(frozen=True)
@@ -31,7 +31,7 @@ def metric_names(s: SweepSummarySettings) -> list[str]:
     """``metrics`` with shell patterns expanded against what the jobs logged."""
     import fnmatch
 
-    from rlpost.sweep import load_jobs
+    from rlpost.analysis.sweep import load_jobs
 
     assert s.dir is not None  # check() refuses a missing dir
     jobs = load_jobs(Path(s.dir))
@@ -45,7 +45,7 @@ def metric_names(s: SweepSummarySettings) -> list[str]:
 
 
 def check(s: SweepSummarySettings, overrides: list[str]) -> SweepSummarySettings:
-    from rlpost.sweep import job_dirs
+    from rlpost.analysis.sweep import job_dirs
 
     if not s.dir:
         raise ConfigError("dir is not set: rlpost sweep-summary dir=<multirun directory>.")
@@ -67,7 +67,7 @@ def run(s: SweepSummarySettings, output_dir: str, overrides: list[str]) -> int:
     from rich.console import Console
     from rich.table import Table
 
-    from rlpost.sweep import write_sweep_files
+    from rlpost.analysis.sweep import write_sweep_files
 
     assert s.dir is not None  # check() refuses a missing dir
     folder = Path(s.dir).expanduser()

@@ -1,4 +1,4 @@
-"""``rlpost synth-rubrics``: rubric-annotated RL data from documents (ARES, seed 004 #11; rlpost/synth_rubrics.py).
+"""``rlpost synth-rubrics``: rubric-annotated RL data from documents (ARES, seed 004 #11; rlpost/data/synth_rubrics.py).
 
     rlpost synth-rubrics                                              # the bundled documents, local SmolLM2
     rlpost synth-rubrics documents=my_docs/ writer.model.source=qwen2_5_coder per_document=3 out=data.jsonl
@@ -18,9 +18,9 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from rlpost.app import launch, tool
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
-from rlpost.synth_rubrics import DEFAULT_PERSONAS, Filters
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
+from rlpost.data.synth_rubrics import DEFAULT_PERSONAS, Filters
 
 
 @dataclass(frozen=True)
@@ -37,15 +37,15 @@ class SynthSettings:
 
 
 def documents_path(s: SynthSettings) -> Path:
-    from rlpost.data import REPO_ROOT
+    from rlpost.data.sources import REPO_ROOT
 
     path = Path(s.documents).expanduser()
     return path if path.is_absolute() or path.exists() else REPO_ROOT / path
 
 
 def check(s: SynthSettings, overrides: list[str]) -> SynthSettings:
+    from rlpost.data.synth_rubrics import load_documents
     from rlpost.rewards.rubric_writer import build_writer
-    from rlpost.synth_rubrics import load_documents
 
     load_documents(documents_path(s))
     if not s.personas or any(not str(p).strip() for p in s.personas):
@@ -61,9 +61,9 @@ def check(s: SynthSettings, overrides: list[str]) -> SynthSettings:
 def run(s: SynthSettings, output_dir: str, overrides: list[str]) -> int:
     from tqdm.auto import tqdm
 
+    from rlpost.data.synth_rubrics import load_documents, parse, prompt, rejection, row
     from rlpost.rewards.rubric_writer import build_writer
-    from rlpost.rundir import write_atomic
-    from rlpost.synth_rubrics import load_documents, parse, prompt, rejection, row
+    from rlpost.runs.rundir import write_atomic
 
     docs = load_documents(documents_path(s))
     writer = build_writer(s.writer)

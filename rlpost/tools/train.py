@@ -5,7 +5,7 @@
 Hydra starts; then, before the first job:
 - a search sweep (``hydra/sweeper=search``) checks that every job can return ``eval.objective``;
 - ``resume=`` points ``hydra.run.dir`` at the run to continue, and a multirun's ``resume=auto`` points
-  ``hydra.sweep.dir`` at the sweep to finish (rlpost/checkpoints.py, rlpost/sweep_resume.py); the
+  ``hydra.sweep.dir`` at the sweep to finish (rlpost/runs/checkpoints.py, rlpost/launch/sweep_resume.py); the
   output folder must be writable;
 - ``hardware.num_processes > 1`` re-runs the command under ``accelerate launch`` (rlpost/launch/).
 Each job then trains the BuiltRun validated for it (``train(cfg, run_dir, overrides, run=...)``).
@@ -17,13 +17,13 @@ import sys
 from typing import Any
 
 from rlpost.app import App, Job, build_run_of, launch
-from rlpost.errors import RunStopped
+from rlpost.core.errors import RunStopped
 
 
 def prelaunch(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str] | int:
     """Before Hydra starts: the extra overrides of this launch, or the exit code of ``accelerate launch``."""
+    from rlpost.evaluation.objective import check_objective
     from rlpost.launch.accelerate import relaunch
-    from rlpost.objective import check_objective
 
     if multirun and any(o.split("=", 1)[0] == "hydra/sweeper" for o in overrides):  # a search sweep
         for job in jobs:
@@ -37,12 +37,12 @@ def prelaunch(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str
 
 def launch_overrides(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str]:
     """Extra Hydra overrides for this launch: ``hydra.run.dir=<run>`` when ``resume=`` continues an
-    earlier run directory (rlpost/checkpoints.py), ``hydra.sweep.dir=<sweep>`` when a multirun's
-    ``resume=auto`` continues an earlier sweep (rlpost/sweep_resume.py). Also checks the output folder
+    earlier run directory (rlpost/runs/checkpoints.py), ``hydra.sweep.dir=<sweep>`` when a multirun's
+    ``resume=auto`` continues an earlier sweep (rlpost/launch/sweep_resume.py). Also checks the output folder
     is writable."""
-    from rlpost.checkpoints import resolve_resume
-    from rlpost.rundir import check_writable
-    from rlpost.sweep_resume import comparable_config, resolve_sweep_resume
+    from rlpost.launch.sweep_resume import comparable_config, resolve_sweep_resume
+    from rlpost.runs.checkpoints import resolve_resume
+    from rlpost.runs.rundir import check_writable
 
     given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
@@ -79,8 +79,8 @@ def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
     """One Hydra job: train the validated run, print its summary; returns the search objective."""
     from hydra.core.hydra_config import HydraConfig
 
-    from rlpost.objective import objective_value
-    from rlpost.sweep_resume import skip_finished_job
+    from rlpost.evaluation.objective import objective_value
+    from rlpost.launch.sweep_resume import skip_finished_job
     from rlpost.train import train
 
     try:
@@ -89,7 +89,7 @@ def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
         print(f"rlpost: stopped: {err}", file=sys.stderr)
         sys.exit(RunStopped.exit_code)
     if summary.get("preempted"):  # reliability: SIGTERM/SIGINT -> checkpoint saved, distinct exit code
-        from rlpost.preemption import EXIT_PREEMPTED
+        from rlpost.runs.preemption import EXIT_PREEMPTED
 
         print(f"rlpost: preempted by {summary['preempted']}; checkpoint {summary['checkpoint']}", file=sys.stderr)
         sys.exit(EXIT_PREEMPTED)

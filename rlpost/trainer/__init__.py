@@ -3,7 +3,7 @@
 The path of one batch, top to bottom (docs/architecture.md draws it):
 
     core.py         seam 0 _get_train_sampler   a component's sampler picks the batch's prompts
-    scoring.py      seam 3 _generate_and_score_completions   starts the batch state (rlpost/batch.py),
+    scoring.py      seam 3 _generate_and_score_completions   starts the batch state (rlpost/trainer/batch.py),
                     TRL generates and scores (seams 1-2 run inside), then rlpost/pipeline.py turns
                     the reward matrix into advantages and the loss inputs are filled
     refill.py       (in seam 3)                  DAPO's refill: more generation rounds fill dropped groups

@@ -1,9 +1,9 @@
 """Seam 6 of RLPostTrainer (a mixin): what a checkpoint holds and how it is written.
 
 Each checkpoint is written into ``<out>/.tmp-checkpoint-N/checkpoint-N`` (``_get_output_dir`` points
-TRL's own save there), together with the state of stateful components (``rlpost/state.py``) and, with
+TRL's own save there), together with the state of stateful components (``rlpost/runs/state.py``) and, with
 ``num_iterations > 1``, TRL's buffered generation batch; once every rank is done it is renamed into
-place (``rlpost/checkpoints.py``), so a resume never sees a half-written checkpoint.
+place (``rlpost/runs/checkpoints.py``), so a resume never sees a half-written checkpoint.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
 """
@@ -14,9 +14,9 @@ from pathlib import Path
 
 from transformers.trainer_utils import rotate_checkpoints
 
-from rlpost.checkpoints import CheckpointWriteError, load_generation_buffer, save_generation_buffer
-from rlpost.ranks import on_main, write_folder
-from rlpost.state import load_component_state, save_component_state
+from rlpost.runs.checkpoints import CheckpointWriteError, load_generation_buffer, save_generation_buffer
+from rlpost.runs.ranks import on_main, write_folder
+from rlpost.runs.state import load_component_state, save_component_state
 from rlpost.trainer.seam_base import SeamBase
 
 
@@ -25,7 +25,7 @@ class CheckpointSeams(SeamBase):
 
     _checkpoint_staging: str | None = None  # set while TRL's own save writes into the staging folder
 
-    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed, one writer per path (rlpost/ranks.py)
+    # reliability: written into <out>/.tmp-checkpoint-N/ then renamed, one writer per path (rlpost/runs/ranks.py)
     def _save_checkpoint(self, model, trial):
         root, step = super()._get_output_dir(trial=trial), self.state.global_step
 

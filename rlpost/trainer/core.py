@@ -16,11 +16,11 @@ from typing import Any
 import torch
 from trl import GRPOTrainer
 
-from rlpost.batch import GenerationBatch
-from rlpost.flops import flops_per_token, model_parameters
-from rlpost.replay import ReplayWriter
-from rlpost.reward_guard import guard_rewards, take_failure_counts
+from rlpost.models.flops import flops_per_token, model_parameters
 from rlpost.run import BuiltRun
+from rlpost.runs.replay import ReplayWriter
+from rlpost.scoring.guard import guard_rewards, take_failure_counts
+from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.checkpoints import CheckpointSeams
 from rlpost.trainer.corrections import CorrectionSeams
 from rlpost.trainer.episodes import EpisodeRollouts
@@ -48,12 +48,14 @@ class RLPostTrainer(
     ):
         self.run = run
         self.sample_sink = sample_sink
-        self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/replay.py)
-        self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/batch.py)
+        self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/runs/replay.py)
+        self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/trainer/batch.py)
         if run.env is not None:  # data/env: episodes through TRL's rollout_func seam (rlpost/trainer/episodes.py)
             kwargs["rollout_func"] = EpisodeRollouts(run.env)
         super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)
-        self._onednn = self._route_matmuls()  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/onednn.py)
+        self._onednn = (
+            self._route_matmuls()
+        )  # train.cpu_matmul: fp32 linears through oneDNN (rlpost/generation/onednn.py)
         correction = run.algorithm.correction  # a rollout copy / peer model when the correction asks for one
         self._rollout_engine = None
         if correction.cfg.rollout_precision is not None or correction.peer is not None:
@@ -61,7 +63,7 @@ class RLPostTrainer(
                 self, correction.cfg.rollout_precision, correction.peer, correction.peer_per_group
             )
         self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
-        self.flops_per_token = flops_per_token(  # train_flops, logged with TRL's num_tokens (rlpost/flops.py)
+        self.flops_per_token = flops_per_token(  # train_flops, logged with TRL's num_tokens (rlpost/models/flops.py)
             model_parameters(self.model), self.num_iterations, run.needs_reference
         )
 
@@ -115,7 +117,7 @@ class RLPostTrainer(
             for func in funcs:
                 func.group_size, func.learning = None, False
         self.batch.reward_terms = terms  # [N, R], gathered over processes
-        mode = "train" if self.model.training else "eval"  # failed samples per term (rlpost/reward_guard.py)
+        mode = "train" if self.model.training else "eval"  # failed samples per term (rlpost/scoring/guard.py)
         for name, count in take_failure_counts(self.reward_funcs).items():
             total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()
             self._metrics[mode][f"rlpost/reward_failures/{name}"].append(total.item())

@@ -45,7 +45,7 @@ class EpisodeRollouts:
 
     def __call__(self, prompts: list, trainer: Any) -> dict[str, Any]:
         training = trainer.model.training
-        rows = trainer.batch.rows  # [B] the dataset rows (rlpost/batch.py)
+        rows = trainer.batch.rows  # [B] the dataset rows (rlpost/trainer/batch.py)
         g = trainer.num_generations if training else trainer.num_generations_eval
         first = trainer.accelerator.process_index * len(rows)
         step = trainer.state.global_step
@@ -60,7 +60,7 @@ class EpisodeRollouts:
             self._said_fallback = True
 
         def generate(prompt_ids: list[list[int]], turn_rows: list[int]):
-            trainer.batch.turn_rows = turn_rows  # which rows these prompts are (rlpost/batch.py)
+            trainer.batch.turn_rows = turn_rows  # which rows these prompts are (rlpost/trainer/batch.py)
             try:
                 return trainer._generate_single_turn(prompt_ids, None, {}, 1)
             finally:

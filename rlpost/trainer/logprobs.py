@@ -3,7 +3,7 @@
 ``train.logprob_head`` chooses who turns the backbone's hidden states into per-token log-probs:
 
 - ``trl``: TRL's fused chunked LM head (a Triton kernel on GPUs; on CPU it scores every position).
-- ``compact``: rlpost's head (rlpost/logprobs.py): the completion positions only, ``train.logprob_chunk``
+- ``compact``: rlpost's head (rlpost/logprobs/head.py): the completion positions only, ``train.logprob_chunk``
   tokens at a time. It calls the backbone and the LM head directly, so it needs an unwrapped model:
   one process, no DeepSpeed, no multimodal inputs, no logit softcapping or scaling.
 - ``auto`` (default): ``compact`` on CPU in one process where it applies, else ``trl``.
@@ -13,7 +13,7 @@ backbone once: a GRPO batch holds every prompt G times, and the prompt's keys an
 on the completion after it (causal attention), so the prompt forward runs on the distinct prompts, its
 KV cache is expanded to every row (``index_select``, differentiable) and only the completion tokens run
 per row. With ``train.packing`` (default true) even the completions' padding is not run: each prompt
-and its completions are packed as a block of real tokens (rlpost/packing.py). Positions and masks
+and its completions are packed as a block of real tokens (rlpost/logprobs/packing.py). Positions and masks
 are those of the full forward; the numbers are the same to float rounding (tests/unit/core/test_logprobs.py,
 tests/unit/core/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
 checkpointing) and no forward hooks on the backbone (PPO's critic head reads its output).
@@ -24,12 +24,12 @@ from __future__ import annotations
 import torch
 from transformers import DynamicCache
 
-from rlpost import onednn
-from rlpost.errors import ConfigError
-from rlpost.logprobs import completion_logprobs
-from rlpost.matmul_choice import MatmulTiming, auto_choice
-from rlpost.packing import MASKED_ATTENTION, Packing, pack_groups, packed_hidden
-from rlpost.prefix_generation import prompt_groups
+from rlpost.core.errors import ConfigError
+from rlpost.generation import onednn
+from rlpost.generation.matmul_choice import MatmulTiming, auto_choice
+from rlpost.generation.prefix_generation import prompt_groups
+from rlpost.logprobs.head import completion_logprobs
+from rlpost.logprobs.packing import MASKED_ATTENTION, Packing, pack_groups, packed_hidden
 from rlpost.trainer.seam_base import SeamBase
 
 # config attributes TRL's head honours and rlpost's compact head does not implement
@@ -55,7 +55,7 @@ def backbone_hidden(
     """Hidden states [B, T, H] at the positions that predict the last T = ``logits_to_keep`` tokens of
     ``ids [B, S]``; with ``share``, rows with the same prompt (ids and mask of the first S - T tokens)
     run their prompt once: packed with their completions when ``packing`` is given and the batch packs
-    into blocks of at most ``packing.max_tokens`` (rlpost/packing.py), else through an expanded KV cache."""
+    into blocks of at most ``packing.max_tokens`` (rlpost/logprobs/packing.py), else through an expanded KV cache."""
     prompt_len = ids.size(1) - logits_to_keep
     if share and packing is not None:
         packed = pack_groups(ids, mask, logits_to_keep, packing)
@@ -82,7 +82,9 @@ class LogProbSeams(SeamBase):
     """Routes the log-prob forward to rlpost's compact head when ``train.logprob_head`` says so."""
 
     matmul_timing: MatmulTiming | None = None  # train.cpu_matmul=auto's measurement, when it ran
-    _decode_kernel: bool = False  # generation's decode steps through rlpost/skinny_matmul.py (_route_matmuls)
+    _decode_kernel: bool = (
+        False  # generation's decode steps through rlpost/generation/skinny_matmul.py (_route_matmuls)
+    )
 
     def _compact_logprobs(self) -> bool:
         cached = getattr(self, "_rlpost_compact", None)
@@ -113,10 +115,10 @@ class LogProbSeams(SeamBase):
     def _route_matmuls(self) -> bool:
         """``train.cpu_matmul``: route the policy's and reference's fp32 linears through oneDNN. ``auto``: on
         CPU in one process without DeepSpeed, where oneDNN is available, and only when it is faster on this
-        machine for this model (timed once and cached, rlpost/matmul_choice.py). Returns whether it did.
+        machine for this model (timed once and cached, rlpost/generation/matmul_choice.py). Returns whether it did.
         Sets ``_decode_kernel`` (``train.decode_kernel``; under ``auto`` only where the timing found rlpost's
         decode kernel faster than the chosen route's own decode, on either route): whether generation's decode
-        steps may use it (rlpost/skinny_matmul.py). ``cpu_matmul=aten`` keeps PyTorch's matmuls everywhere."""
+        steps may use it (rlpost/generation/skinny_matmul.py). ``cpu_matmul=aten`` keeps PyTorch's matmuls everywhere."""
         choice = self.run.settings.train.cpu_matmul
         single = self.accelerator.num_processes == 1 and not self.is_deepspeed_enabled
         if choice == "aten" or not (single and self.accelerator.device.type == "cpu" and onednn.available()):

@@ -24,9 +24,9 @@ from contextlib import ExitStack
 import torch
 from trl.trainer.utils import add_fused_lm_head
 
-from rlpost.kv_cache import preallocated_generation
-from rlpost.model_options import load_frozen
-from rlpost.prefix_generation import shared_prefix_generation
+from rlpost.generation.kv_cache import preallocated_generation
+from rlpost.generation.prefix_generation import shared_prefix_generation
+from rlpost.models.options import load_frozen
 
 DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
 

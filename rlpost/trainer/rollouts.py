@@ -4,8 +4,8 @@
   group around TRL's own ``_generate``; its ``adjust_rewards`` runs in the pipeline (rlpost/pipeline.py).
 - seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
   (rlpost/trainer/rollout_engine.py) when the correction asks for them; otherwise TRL's generation, with
-  each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/prefix_generation.py) and
-  oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/onednn.py).
+  each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/generation/prefix_generation.py) and
+  oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/generation/onednn.py).
 - ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read;
   ``_rollout_token_logprobs``: per-token log-probs under any prompts (ICRL's calibration ratio).
 
@@ -18,11 +18,11 @@ from contextlib import ExitStack
 
 import torch
 
-from rlpost import onednn, skinny_matmul
-from rlpost.fused_decode import fused_decoding
-from rlpost.kv_cache import preallocated_generation
-from rlpost.parallel_sampling import parallel_multinomial
-from rlpost.prefix_generation import shared_prefix_generation
+from rlpost.generation import onednn, skinny_matmul
+from rlpost.generation.fused_decode import fused_decoding
+from rlpost.generation.kv_cache import preallocated_generation
+from rlpost.generation.parallel_sampling import parallel_multinomial
+from rlpost.generation.prefix_generation import shared_prefix_generation
 from rlpost.rollouts.base import RolloutContext
 from rlpost.trainer.seam_base import SeamBase
 
@@ -74,8 +74,8 @@ class RolloutSeams(SeamBase):
         """TRL's transformers generation (not vLLM) with ``train.shared_prefix`` (each distinct prompt
         prefilled once), ``train.kv_cache=preallocated`` (entered last: the shared prefill fills its cache)
         and, with oneDNN linears, their weights packed once for the whole call (for rlpost's decode kernel
-        where ``_decode_kernel``, rlpost/skinny_matmul.py, with whole decode steps fused under
-        ``train.fused_decode``, rlpost/fused_decode.py)."""
+        where ``_decode_kernel``, rlpost/generation/skinny_matmul.py, with whole decode steps fused under
+        ``train.fused_decode``, rlpost/generation/fused_decode.py)."""
         stack = ExitStack()
         if self.use_vllm:
             return stack

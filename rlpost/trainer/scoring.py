@@ -1,6 +1,6 @@
 """Seam 3 of RLPostTrainer (a mixin): rewards -> advantages for one generation batch.
 
-``_generate_and_score_completions`` starts the batch state (rlpost/batch.py), lets TRL generate and
+``_generate_and_score_completions`` starts the batch state (rlpost/trainer/batch.py), lets TRL generate and
 score (seams 1 and 2 fill the state), gathers what the pipeline needs, runs it (rlpost/pipeline.py)
 and hands this process its slice: ``advantages`` [B] or [B, T] for TRL's output dict, plus the loss
 inputs rlpost adds (``rlpost_keep``, ``rlpost_rewards``, ``rlpost_num_tokens``, the correction's
@@ -14,8 +14,8 @@ from __future__ import annotations
 import torch
 from accelerate.utils import gather_object
 
-from rlpost.batch import GenerationBatch
 from rlpost.pipeline import UNPREFIXED_METRICS, PipelineInputs, run_pipeline
+from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.seam_base import SeamBase
 
 ROLLOUT_STATISTICS = ("entropies", "logps", "ref_logps", "token_text")  # what a component may require
@@ -25,7 +25,7 @@ class ScoringSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``batch`` and TRL state."""
 
     batch: GenerationBatch | None  # the generation batch in flight (RLPostTrainer.__init__ starts it as None)
-    flops_per_token: float  # model FLOPs per generated token of a step (rlpost/flops.py), set in __init__
+    flops_per_token: float  # model FLOPs per generated token of a step (rlpost/models/flops.py), set in __init__
 
     def _log_trained_reward(self, mode: str, rewards: torch.Tensor) -> None:
         """TRL logged ``reward``, ``reward_std`` and ``frac_reward_zero_std`` of its own unit-weight sum of the
@@ -85,7 +85,7 @@ class ScoringSeams(SeamBase):
         # the best trained reward of the batch: what discovery methods (UG-TTT, seed 004 #28) are judged by
         scored = result.rewards.values[~torch.isnan(result.rewards.values)]
         self._metrics[mode]["rlpost/reward_max"].append(scored.max().item() if scored.numel() else float("nan"))
-        # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/flops.py)
+        # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/models/flops.py)
         self._metrics[mode]["train_flops"] = [self.state.num_input_tokens_seen * self.flops_per_token]
         for name, value in result.metrics.items():
             self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)

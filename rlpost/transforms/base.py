@@ -1,7 +1,7 @@
 """The data-transform base class and its registry (the identity transform ``none`` is in none.py).
 
 A transform maps the formatted rows of one split (``{"prompt": ..., "answer": ..., <columns>}``, as
-rlpost/data.py builds them) to new rows; ``split`` is ``"train"`` or ``"eval"``, so a transform can
+rlpost/data/sources.py builds them) to new rows; ``split`` is ``"train"`` or ``"eval"``, so a transform can
 condition training and deployment prompts differently. It runs after train and eval are split and
 deduplicated, in ``load_datasets``; ``rlpost eval`` and the held-out eval see the eval rewrite.
 """
@@ -11,10 +11,10 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from rlpost.component import Component
-from rlpost.errors import ConfigError
-from rlpost.registry import Registry
-from rlpost.schema import build_config, check_paths, to_container
+from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
+from rlpost.core.registry import Registry
+from rlpost.core.schema import build_config, check_paths, to_container
 
 Split = Literal["train", "eval"]
 

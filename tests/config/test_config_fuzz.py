@@ -1,7 +1,7 @@
 """Fuzz every declared config field (issue 16): bad numbers and bad paths fail cleanly, before any load.
 
 Every numeric and path field of every top-level group and of every registered component is found by
-``rlpost/config_fields.py`` (dataclasses + registries, no hand list) and set, one at a time, to 0,
+``rlpost/dev/config_fields.py`` (dataclasses + registries, no hand list) and set, one at a time, to 0,
 -1, a huge value, a wrong type ('abc', a list) and, for paths, an empty folder, a regular file, a
 file of binary garbage and a missing file. Each case must either validate, and then the value is
 inside the field's declared ``Range``, or raise ``ConfigError`` with one line that names the key.
@@ -30,9 +30,9 @@ from support_config import assert_clean_failure
 
 from rlpost import app, cli
 from rlpost.build import build_run
-from rlpost.config_fields import DeclaredField, declared_fields, ranges_section, unvisited, updated_doc
-from rlpost.errors import ConfigError
-from rlpost.schema import to_container
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import to_container
+from rlpost.dev.config_fields import DeclaredField, declared_fields, ranges_section, unvisited, updated_doc
 
 FIELDS = [f for f in declared_fields() if f.scalar is not None or f.path is not None]
 PATH_VALUES = ("<empty folder>", "<text file>", "<garbage file>", "abc", 0, ["x"])
@@ -265,9 +265,9 @@ def test_the_fuzz_covers_every_group_and_registry():
 
 
 def test_errors_doc_lists_the_declared_ranges():
-    """docs/errors.md's generated section is up to date: run `python -m rlpost.config_fields`."""
+    """docs/errors.md's generated section is up to date: run `python -m rlpost.dev.config_fields`."""
     text = (REPO / "docs" / "errors.md").read_text(encoding="utf-8")
-    assert ranges_section() in text and updated_doc(text) == text, "stale: run python -m rlpost.config_fields"
+    assert ranges_section() in text and updated_doc(text) == text, "stale: run python -m rlpost.dev.config_fields"
 
 
 # ---- the issue's reports, through the CLI ---------------------------------------------------------

@@ -1,4 +1,4 @@
-"""rlpost.data: seeded disjoint reasoning-gym splits, file sources with templates, clear errors."""
+"""rlpost.data.sources: seeded disjoint reasoning-gym splits, file sources with templates, clear errors."""
 
 import dataclasses
 import json
@@ -10,9 +10,9 @@ import yaml
 from paths import REPO
 from support_config import from_yaml
 
-from rlpost.data import DataConfig, load_datasets
-from rlpost.errors import ConfigError
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.data.sources import DataConfig, load_datasets
 
 CONF = REPO / "conf" / "data"
 

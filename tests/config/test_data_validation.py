@@ -8,8 +8,8 @@ import logging
 import pytest
 from support_config import from_yaml
 
-from rlpost.data import SKIPPED, load_datasets
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import SKIPPED, load_datasets
 
 GOOD = {"question": "1 + 1?", "answer": "2"}
 BAD_ROWS = [  # (row as written to the jsonl line, message for that line)
@@ -43,7 +43,7 @@ def test_skip_drops_counts_and_logs_every_bad_row(tmp_path, caplog):
     rows = [{"question": f"{i} + 1?", "answer": str(i + 1)} for i in range(6)] + [r for r, _ in BAD_ROWS]
     path = write(tmp_path / "d.jsonl", rows)
     cfg = from_yaml("jsonl", path=path, eval_size=2, max_prompt_chars=100, on_bad_row="skip")
-    with caplog.at_level(logging.WARNING, logger="rlpost.data"):
+    with caplog.at_level(logging.WARNING, logger="rlpost.data.sources"):
         train, evals = load_datasets(cfg)
     assert len(train) + len(evals) == 6
     assert SKIPPED[path] == len(BAD_ROWS)

@@ -12,7 +12,7 @@ from support_config import stand_in_replay
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 CONF = REPO / "conf"
 GROUPS = ["algorithm", "algorithm/advantage", "algorithm/loss", "algorithm/correction", "algorithm/rollout",

@@ -1,7 +1,7 @@
-"""The package's import graph (rlpost/import_layers.py): no cycle, nothing imports the CLI, and the
+"""The package's import graph (rlpost/dev/import_layers.py): no cycle, nothing imports the CLI, and the
 layer table of docs/architecture.md matches the code."""
 
-from rlpost import import_layers
+from rlpost.dev import import_layers
 
 
 def test_cycles_and_layers_of_a_hand_built_graph():

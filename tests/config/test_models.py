@@ -1,4 +1,4 @@
-"""rlpost.models: cached SmolLM2 conversion, the tiny random Llama, LoRA, and config errors."""
+"""rlpost.models.loading: cached SmolLM2 conversion, the tiny random Llama, LoRA, and config errors."""
 
 import os
 import shutil
@@ -12,10 +12,11 @@ import torch
 import yaml
 from paths import REPO
 
-from rlpost import bundled_models, models
-from rlpost.errors import ConfigError
-from rlpost.models import LoraSettings, ModelConfig
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.models import bundled as bundled_models
+from rlpost.models import loading as models
+from rlpost.models.loading import LoraSettings, ModelConfig
 
 CONF = REPO / "conf" / "model"
 TINY = ModelConfig(source="tiny_random")

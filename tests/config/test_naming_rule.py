@@ -4,7 +4,7 @@
     e.g. conf/algorithm/loss/output_reset.yaml <-> rlpost/losses/output_reset.py <-> LOSSES "output_reset"
 
 A component folder (rlpost/<kind>/) holds ``base.py`` (the kind's base class, a
-``rlpost.component.Component``) and one file per registered component; the few other modules still
+``rlpost.core.component.Component``) and one file per registered component; the few other modules still
 there are listed in ``HELPERS`` with the reason. Every exception to the rule is listed below with its
 reason, so a new component either follows the rule or adds itself here (and to docs/configuration.md,
 "The naming rule").
@@ -29,13 +29,13 @@ from paths import REPO
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
 from rlpost.combine.base import COMBINERS, Combine
-from rlpost.component import Component
+from rlpost.core.component import Component
+from rlpost.core.registry import Registry
 from rlpost.corrections.base import CORRECTIONS, Correction
 from rlpost.envs.base import ENVS, Environment
 from rlpost.grad.base import GRAD_TRANSFORMS, GradTransform
 from rlpost.judges.base import JUDGES, Judge
 from rlpost.losses.base import LOSSES, PolicyLoss
-from rlpost.registry import Registry
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.rewards.base import REWARDS, Reward
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
@@ -87,7 +87,7 @@ NOT_A_REGISTRY: dict[str, str] = {
     "data": "presets of DataConfig",
     "hardware": "presets of HardwareConfig",
     "recipe": "@package _global_ overrides of the groups above (recipes/)",
-    "eval_sets": "presets of EvalSetConfig, named in eval.sets=[...] (rlpost/eval_sets.py), not a group",
+    "eval_sets": "presets of EvalSetConfig, named in eval.sets=[...] (rlpost/evaluation/sets.py), not a group",
 }
 # modules in a component folder that are not a component, and why they are still there
 HELPERS: dict[str, str] = {

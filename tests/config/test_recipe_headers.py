@@ -16,7 +16,7 @@ import pytest
 from paths import REPO
 
 from rlpost.app import build_run_of, compose
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 NOT_HERE = re.compile(r"no such folder|has no config\.json|does not exist|Install them with: make qwen")

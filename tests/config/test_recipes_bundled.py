@@ -10,7 +10,7 @@ import pytest
 from paths import REPO
 from support_runs import one_step
 
-from rlpost.iap_data import main as generate_personal_questions
+from rlpost.dev.iap_data import main as generate_personal_questions
 from rlpost.rewards.rubric import parse_rubric
 
 DATA = REPO / "recipes" / "data"
@@ -51,7 +51,9 @@ def test_recipe_runs_one_step_on_the_tiny_model(recipe, group_key, tmp_path):
 def test_personal_questions_hide_the_intent_and_carry_a_two_aspect_rubric(tmp_path):
     generate_personal_questions(["--out", str(tmp_path / "personal_questions.jsonl")])
     for name in ("personal_questions.jsonl", "personal_questions_eval.jsonl"):
-        assert (tmp_path / name).read_text() == (DATA / name).read_text(), f"{name}: rerun python -m rlpost.iap_data"
+        assert (tmp_path / name).read_text() == (DATA / name).read_text(), (
+            f"{name}: rerun python -m rlpost.dev.iap_data"
+        )
     train, evals = rows("personal_questions.jsonl"), rows("personal_questions_eval.jsonl")
     assert (len(train), len(evals)) == (24, 12)
     for row in train + evals:

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from rlpost import app, cli
-from rlpost.config import HardwareConfig, grpo_config_kwargs
+from rlpost.core.config import HardwareConfig, grpo_config_kwargs
 from rlpost.launch import accelerate, checks
 from rlpost.launch.deepspeed import deepspeed_config, write_deepspeed_config
 from rlpost.tools.serve import serve_command

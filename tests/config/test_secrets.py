@@ -1,5 +1,5 @@
 """Secrets stay in the environment: config dumps, overrides, `rlpost show`, `--cfg job` and logs
-redact them (rlpost/secrets.py); remote code and pickle weights are off by default."""
+redact them (rlpost/core/secrets.py); remote code and pickle weights are off by default."""
 
 from __future__ import annotations
 
@@ -7,9 +7,9 @@ import logging
 
 from rlpost import app, cli
 from rlpost.build import build_run
-from rlpost.models import ModelConfig
-from rlpost.rundir import RunDirectory
-from rlpost.secrets import REDACTED, RedactingFilter, redact, redact_override
+from rlpost.core.secrets import REDACTED, RedactingFilter, redact, redact_override
+from rlpost.models.loading import ModelConfig
+from rlpost.runs.rundir import RunDirectory
 
 SECRET = "sk-test-0123456789abcdef"
 LEAK = "data.system_prompt=${oc.env:MY_SERVICE_API_KEY}"  # a secret interpolated into a plain value

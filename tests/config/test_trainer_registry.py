@@ -9,9 +9,9 @@ import pytest
 from rlpost.algorithms import TRAINERS, trainer_class
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.confdir import group_options
-from rlpost.config import AlgorithmNode
-from rlpost.errors import ConfigError
+from rlpost.core.confdir import group_options
+from rlpost.core.config import AlgorithmNode
+from rlpost.core.errors import ConfigError
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import HASH_REWARD, TINY

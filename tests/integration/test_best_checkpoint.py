@@ -9,7 +9,7 @@ import pytest
 from safetensors.torch import load_file
 from support_runs import TINY_CLI, run_cli
 
-from rlpost.best_checkpoint import RECORD, BestCheckpoint
+from rlpost.evaluation.best_checkpoint import RECORD, BestCheckpoint
 
 
 def saver(tag: str):

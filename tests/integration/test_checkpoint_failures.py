@@ -8,8 +8,8 @@ import errno
 
 import pytest
 
-from rlpost.checkpoints import CheckpointWriteError, latest_checkpoint
-from rlpost.sweep import summarize_sweep
+from rlpost.analysis.sweep import summarize_sweep
+from rlpost.runs.checkpoints import CheckpointWriteError, latest_checkpoint
 
 from trainer_utils import make_run, rlpost_trainer, step_logs
 

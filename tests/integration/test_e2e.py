@@ -61,7 +61,7 @@ def test_train_smollm2_writes_a_complete_run_directory(tmp_path):
     assert 0.0 <= summary["before"]["eval/accuracy"] <= 1.0 and 0.0 <= summary["after"]["eval/accuracy"] <= 1.0
 
     # The trained weights are a normal safetensors model, and training changed them.
-    from rlpost.bundled_models import smollm2_folder
+    from rlpost.models.bundled import smollm2_folder
 
     final = load_file(run_dir / "checkpoints" / "final" / "model.safetensors")
     start = load_file(smollm2_folder() / "model.safetensors")

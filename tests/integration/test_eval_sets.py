@@ -11,8 +11,8 @@ import pytest
 from support_runs import TINY_CLI
 
 from rlpost import cli
-from rlpost.callbacks import held_out_summary
-from rlpost.flops import flops_per_token, model_parameters
+from rlpost.models.flops import flops_per_token, model_parameters
+from rlpost.runs.callbacks import held_out_summary
 
 HASH = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
 ARITH = "{name: arith, data: chain_sum, reward: math_answer, size: 3, samples: 2, pass_k: [1, 2]}"

@@ -28,7 +28,7 @@ GPU = ["hardware=gpu", "train.steps=2", "eval.size=8"]
 
 @pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
 def test_compact_head_on_cuda_matches_autograd(dtype):
-    from rlpost.logprobs import CompletionLogProbs
+    from rlpost.logprobs.head import CompletionLogProbs
 
     torch.manual_seed(0)
     hidden = torch.randn(300, 64, device="cuda", dtype=dtype, requires_grad=True)

@@ -1,4 +1,4 @@
-"""One writer per path with 2 processes (gloo): every kind of file a run writes (rlpost/ranks.py).
+"""One writer per path with 2 processes (gloo): every kind of file a run writes (rlpost/runs/ranks.py).
 
 Each test starts two real processes (RANK 0 and 1, as torchrun would) running tests/support_ranks.py:
 every repeat both ranks reach the write with a random 0-60 ms skew and call the same rlpost function;

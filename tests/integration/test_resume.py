@@ -19,9 +19,9 @@ from pathlib import Path
 import pytest
 from support_runs import NOT_COMPARED, finish, launch, metrics, run_dirs, wait_for
 
-from rlpost.checkpoints import is_complete, latest_checkpoint, remove_stale_staging, resolve_resume
-from rlpost.errors import ConfigError
-from rlpost.preemption import EXIT_PREEMPTED
+from rlpost.core.errors import ConfigError
+from rlpost.runs.checkpoints import is_complete, latest_checkpoint, remove_stale_staging, resolve_resume
+from rlpost.runs.preemption import EXIT_PREEMPTED
 
 ENV_EPISODES = [  # episodes whose start depends on the environment's reset seed (rlpost/trainer/episodes.py)
     "data/env=callable",

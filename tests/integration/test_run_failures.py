@@ -16,8 +16,8 @@ import subprocess
 import pytest
 from support_runs import NOT_COMPARED, finish, launch, metrics, wait_for
 
-from rlpost.checkpoints import is_complete, latest_checkpoint
-from rlpost.errors import EXIT_PREEMPTED, RunStopped
+from rlpost.core.errors import EXIT_PREEMPTED, RunStopped
+from rlpost.runs.checkpoints import is_complete, latest_checkpoint
 
 TWO = ["hardware.num_processes=2", "hardware.device=cpu", "hardware.precision=fp32"]
 

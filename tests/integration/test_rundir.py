@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 import threading
 
-from rlpost.rundir import RunDirectory, write_atomic
+from rlpost.runs.rundir import RunDirectory, write_atomic
 
 
 def test_concurrent_atomic_writes_never_collide(tmp_path):

@@ -30,8 +30,8 @@ needs_deepspeed = pytest.mark.skipif(
 
 def initial_weights() -> dict[str, torch.Tensor]:
     from rlpost.app import compose
-    from rlpost.models import ModelConfig, tiny_random_folder
-    from rlpost.schema import build_config, to_container
+    from rlpost.core.schema import build_config, to_container
+    from rlpost.models.loading import ModelConfig, tiny_random_folder
 
     cfg = build_config(ModelConfig, to_container(compose(["model=tiny-random"]).model), "model")
     return load_file(str(tiny_random_folder(cfg) / "model.safetensors"))
@@ -123,7 +123,7 @@ def test_submitit_local_multirun_and_summary(tmp_path):
     assert (sweep / ".submitit").is_dir()
     for job in ("0", "1"):
         assert json.loads((sweep / job / "summary.json").read_text())["steps"] == 1
-    from rlpost.sweep import load_jobs
+    from rlpost.analysis.sweep import load_jobs
 
     assert sorted(job.name for job in load_jobs(sweep)) == ["0", "1"]
     table = (sweep / "sweep_summary.md").read_text()  # the callback ran in the launching process
@@ -157,9 +157,9 @@ def test_optuna_search_two_trials(tmp_path):
 
 
 def test_objective_names_what_the_run_logged(tmp_path):
-    from rlpost.errors import ConfigError
-    from rlpost.objective import objective_value
-    from rlpost.rundir import RunDirectory
+    from rlpost.core.errors import ConfigError
+    from rlpost.evaluation.objective import objective_value
+    from rlpost.runs.rundir import RunDirectory
 
     run = RunDirectory(tmp_path)
     run.append_metrics({"step": 1, "reward": 0.25, "loss": 0.1})

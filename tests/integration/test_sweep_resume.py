@@ -1,5 +1,5 @@
 """A killed multirun, relaunched with ``resume=auto``, finishes what was not done and redoes nothing
-(rlpost/sweep_resume.py).
+(rlpost/launch/sweep_resume.py).
 
 Fast: what each job folder means (finished, a checkpoint, nothing, other settings) and which earlier
 sweep a launch without ``hydra.sweep.dir`` continues, on hand-made folders. Slow: the real
@@ -18,9 +18,9 @@ import pytest
 from omegaconf import OmegaConf
 from support_runs import QUICK, rlpost
 
-from rlpost.errors import ConfigError
-from rlpost.sweep import Job, summary_rows
-from rlpost.sweep_resume import CONTINUE, FINISHED, FRESH, job_state, resolve_sweep_resume
+from rlpost.analysis.sweep import Job, summary_rows
+from rlpost.core.errors import ConfigError
+from rlpost.launch.sweep_resume import CONTINUE, FINISHED, FRESH, job_state, resolve_sweep_resume
 
 
 def config(seed: int, **extra) -> dict:

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import torch
 
-from rlpost.state import STATE_FILE
+from rlpost.runs.state import STATE_FILE
 
 from trainer_utils import make_run, rlpost_trainer, step_logs
 

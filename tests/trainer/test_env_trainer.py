@@ -16,9 +16,9 @@ from support_judges import requests_for
 from rlpost.algorithms import trainer_class
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
-from rlpost.errors import ConfigError
-from rlpost.models import load_model, load_tokenizer
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import load_datasets
+from rlpost.models.loading import load_model, load_tokenizer
 
 from trainer_utils import TINY, grpo_args, step_logs
 
@@ -134,7 +134,7 @@ def test_per_turn_advantages_in_the_trainer(tmp_path):
 
 
 def test_show_explains_the_episode():
-    from rlpost.show import explain
+    from rlpost.tools.explain import explain
 
     text = explain(build_run(compose([*TINY, "data/env=calculator", "reward=env"])))
     assert "Episodes (data/env=calculator):" in text
@@ -187,7 +187,7 @@ def test_interactive_rl_against_an_aligned_simulator_judged_by_scripted_users(tm
     align-simulator) plays the user in training; held-out episodes meet the scripted traveller instead."""
     from rlpost import cli
     from rlpost.envs.simulated_user import SimulatedUser
-    from rlpost.held_out import evaluate_run
+    from rlpost.evaluation.held_out import evaluate_run
 
     sim = tmp_path / "sim"
     assert cli.main(["align-simulator", f"out={sim}", "user_model=tiny-random", "steps=1", "max_new_tokens=2"]) == 0

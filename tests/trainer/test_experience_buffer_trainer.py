@@ -10,11 +10,11 @@ from support_judges import requests_for
 from support_rollouts import ROWS, Recorder, data_files, logged
 from test_env_trainer import ends_turns_soon
 
-from rlpost.data import load_datasets
+from rlpost.data.sources import load_datasets
 from rlpost.envs.frozen_worker import FrozenWorker
-from rlpost.models import load_model, load_tokenizer
+from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rollouts.experience_buffer import HEADER, ExperienceBuffer
-from rlpost.state import STATE_FILE
+from rlpost.runs.state import STATE_FILE
 
 from trainer_utils import grpo_args, make_run, step_logs
 

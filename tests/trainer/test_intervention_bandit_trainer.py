@@ -11,8 +11,8 @@ import torch
 from support_judges import requests_for
 from support_rollouts import Recorder, data_files, logged, original_prompt_ids, unpadded
 
-from rlpost.data import load_datasets
-from rlpost.models import load_model, load_tokenizer
+from rlpost.data.sources import load_datasets
+from rlpost.models.loading import load_model, load_tokenizer
 
 from trainer_utils import grpo_args, make_run
 

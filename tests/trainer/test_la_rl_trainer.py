@@ -16,9 +16,9 @@ from test_env_trainer import ends_turns_soon
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
+from rlpost.data.sources import load_datasets
 from rlpost.envs.diagnose_revise import parse_diagnosis
-from rlpost.models import load_model, load_tokenizer
+from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rewards.math_answer import gold_number, last_number
 
 from trainer_utils import TINY, grpo_args, step_logs

@@ -11,7 +11,7 @@ import torch
 from support_rollouts import data_files, logged, train, unpadded
 from transformers import TrainerCallback
 
-from rlpost.state import STATE_FILE
+from rlpost.runs.state import STATE_FILE
 
 from trainer_utils import make_run, rlpost_trainer
 

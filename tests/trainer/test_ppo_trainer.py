@@ -14,7 +14,7 @@ from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from rlpost.algorithms.ppo import CRITIC_FILE, PPOTrainer
-from rlpost.models import load_model
+from rlpost.models.loading import load_model
 
 from trainer_utils import HASH_REWARD, make_run, rlpost_trainer, step_logs, train_rlpost
 

@@ -17,11 +17,11 @@ import torch
 from rlpost.algorithms.regen import RegenTrainer, truncated_is_weights
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
-from rlpost.errors import ConfigError
-from rlpost.models import load_model, load_tokenizer
-from rlpost.replay import COLUMNS, ReplayWriter, as_text, read_meta, tokenizer_fingerprint
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import load_datasets
+from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rewards.base import completion_text
+from rlpost.runs.replay import COLUMNS, ReplayWriter, as_text, read_meta, tokenizer_fingerprint
 from rlpost.train import train
 
 from trainer_utils import HASH_REWARD, TINY, grpo_args, rlpost_trainer

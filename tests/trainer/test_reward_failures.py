@@ -1,4 +1,4 @@
-"""A reward term that raises or hangs never kills the run (rlpost/reward_guard.py): skip -> NaN,
+"""A reward term that raises or hangs never kills the run (rlpost/scoring/guard.py): skip -> NaN,
 zero -> 0.0, abort -> RewardFailure naming term and sample; counted per step in the metrics."""
 
 from __future__ import annotations
@@ -11,8 +11,8 @@ from support_faults import broken_reward, slow_reward
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.reward_guard import FailurePolicy, GuardedReward, RewardFailure, take_failure_counts
+from rlpost.core.errors import ConfigError
+from rlpost.scoring.guard import FailurePolicy, GuardedReward, RewardFailure, take_failure_counts
 
 from trainer_utils import TINY, rlpost_trainer, step_logs
 

@@ -10,7 +10,7 @@ import pytest
 import torch
 from paths import SUPPORT
 
-from rlpost.models import load_model
+from rlpost.models.loading import load_model
 from rlpost.rewards.base import completion_text
 
 

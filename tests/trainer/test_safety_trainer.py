@@ -8,7 +8,7 @@ import math
 import torch
 from support_safety import Recorder, same
 
-from rlpost.state import STATE_FILE
+from rlpost.runs.state import STATE_FILE
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost

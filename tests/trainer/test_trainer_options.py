@@ -43,7 +43,7 @@ def test_reference_sync_anchors_each_iteration_at_the_last_policy(tmp_path):
 
 
 def test_reference_sync_mixes_policy_into_the_reference(tmp_path):
-    from rlpost.models import load_model
+    from rlpost.models.loading import load_model
 
     overrides = ["algorithm.kl.coef=0.1", "algorithm.kl.ref_sync_every=1", "algorithm.kl.ref_sync_mix=0.5"]
     run = make_run([*overrides, "train.steps=1"])
@@ -68,7 +68,7 @@ def test_reference_sync_mixes_policy_into_the_reference(tmp_path):
     ],
 )
 def test_reference_sync_refusals(overrides, message):
-    from rlpost.errors import ConfigError
+    from rlpost.core.errors import ConfigError
 
     with pytest.raises(ConfigError, match=message):
         make_run(overrides)
@@ -164,7 +164,7 @@ def test_full_finetuning_moves_parameters_and_checkpoints_resume(tmp_path):
     run = make_run(["train.save_steps=1", "train.steps=2"])
     trainer = train_rlpost(run, tmp_path / "a")
     assert (tmp_path / "a" / "checkpoint-1").is_dir() and (tmp_path / "a" / "checkpoint-2").is_dir()
-    from rlpost.models import load_model
+    from rlpost.models.loading import load_model
 
     start = params_of(load_model(run.model))
     end = params_of(trainer.model)

@@ -26,7 +26,7 @@ from trl import GRPOTrainer
 
 from rlpost.algorithms.ppo import PPOTrainer
 from rlpost.algorithms.regen import RegenTrainer
-from rlpost.component import Component
+from rlpost.core.component import Component
 from rlpost.trainer import RLPostTrainer
 
 ROOT = REPO

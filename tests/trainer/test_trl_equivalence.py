@@ -2,7 +2,7 @@
 
 Same generations, and the same loss and grad norm at every step to 1e-5 relative with TRL's
 computation (``train.logprob_head=trl train.cpu_matmul=aten``), and to 1e-4 with rlpost's CPU defaults
-(compact head, oneDNN matmuls, packed rows: fp32 sums in another order, rlpost/logprobs.py, rlpost/onednn.py). The reward is a
+(compact head, oneDNN matmuls, packed rows: fp32 sums in another order, rlpost/logprobs/head.py, rlpost/generation/onednn.py). The reward is a
 deterministic hash of the completion text, so groups have variance and the loss is not trivially 0;
 lr=1e-3 makes later steps depend on earlier updates, and micro_batch_size=4 with 8 completions per
 step exercises gradient accumulation (2 micro-batches) in every aggregation's normalizer.

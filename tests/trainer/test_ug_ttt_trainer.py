@@ -11,12 +11,12 @@ import torch
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
-from rlpost.algorithms.lora_ensemble import ENSEMBLE_FILE, merge_saved_ensemble
 from rlpost.algorithms.ug_ttt import UGTTTTrainer
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, load_model
+from rlpost.core.errors import ConfigError
+from rlpost.models.loading import ModelConfig, load_model
+from rlpost.models.lora_ensemble import ENSEMBLE_FILE, merge_saved_ensemble
 
 from trainer_utils import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
 

@@ -7,9 +7,9 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm, nanstd
-from rlpost.batch_filters import soft_overlong_penalty, zero_variance_groups
-from rlpost.errors import ConfigError
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.pipeline import soft_overlong_penalty, zero_variance_groups
 
 NAN = float("nan")
 S3 = math.sqrt(1 / 3)  # 0.5773503: unbiased std of [1, 0, 0, 1] (sum sq dev 4 * 0.25 = 1, / (4 - 1))

@@ -9,7 +9,6 @@ import pytest
 import torch
 from support_advantages import X, batch, close, grpo
 
-from rlpost import listing
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.advantages.hargo import HARGO
 from rlpost.advantages.pmi_tokens import PMITokens
@@ -18,10 +17,11 @@ from rlpost.advantages.segments import Segments
 from rlpost.advantages.tiar import TIAR
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.ternary_abstention import TernaryAbstention
 from rlpost.run import REFERENCE_ONLY_BETA
-from rlpost.schema import build_config
+from rlpost.tools import listing
 
 
 def test_registered_with_seed_references_in_rlpost_list():

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.dpo import IterativeDPO, preference_pairs
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.clip import Clip

@@ -13,9 +13,9 @@ from rlpost.advantages.gepo import GEPO, group_entropy
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.schema import build_config
-from rlpost.state import STATE_FILE, load_component_state, save_component_state
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.runs.state import STATE_FILE, load_component_state, save_component_state
 
 from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
 

@@ -8,11 +8,11 @@ import torch
 
 from rlpost.advantages.base import ADVANTAGES, GroupBatch
 from rlpost.advantages.gae import GAE, gae, masked_whiten, token_rewards
-from rlpost.algorithms.critic import completion_values, value_loss
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.show import explain
+from rlpost.core.errors import ConfigError
+from rlpost.models.critic import completion_values, value_loss
+from rlpost.tools.explain import explain
 
 from trainer_utils import HASH_REWARD, TINY
 

@@ -12,8 +12,8 @@ from rlpost.advantages.segments import Segments, StageTerm
 from rlpost.advantages.spans import compile_span, span_mask, stage_index
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 
 
 # ---- spans -------------------------------------------------------------------------------------------

@@ -10,8 +10,8 @@ import torch
 import rlpost.components  # noqa: F401
 from rlpost.build import build_component
 from rlpost.combine.base import COMBINERS
-from rlpost.errors import ConfigError
-from rlpost.schema import build_config
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 
 NAN = math.nan
 

@@ -15,7 +15,7 @@ from rlpost.combine.decoupled import Decoupled
 from rlpost.combine.grouped import group_advantage
 from rlpost.combine.odrpo import ODRPO
 from rlpost.combine.rdpo import RDPO, quantiles
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 
 EPS = 1e-4
 NAN = float("nan")

@@ -15,7 +15,7 @@ from support_pipeline import pipeline_inputs
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.pipeline import run_pipeline
 from rlpost.rollouts.generic_negative import KIND as GENERIC
 

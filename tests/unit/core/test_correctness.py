@@ -1,4 +1,4 @@
-"""eval/accuracy's criterion (rlpost/correctness.py): which term, which threshold, and where there is none."""
+"""eval/accuracy's criterion (rlpost/scoring/correctness.py): which term, which threshold, and where there is none."""
 
 from __future__ import annotations
 
@@ -9,10 +9,10 @@ import torch
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.correctness import Correctness, find_correctness
-from rlpost.errors import ConfigError
-from rlpost.evaluate import sample_metrics
-from rlpost.objective import resolve_objective
+from rlpost.core.errors import ConfigError
+from rlpost.evaluation.evaluate import sample_metrics
+from rlpost.evaluation.objective import resolve_objective
+from rlpost.scoring.correctness import Correctness, find_correctness
 
 from trainer_utils import weighted_sum
 

@@ -7,10 +7,10 @@ import torch
 from datasets import Dataset
 
 from rlpost.app import compose
-from rlpost.correctness import Correctness
-from rlpost.errors import ConfigError
-from rlpost.evaluate import _mean_by, evaluate
-from rlpost.models import load_model, load_tokenizer
+from rlpost.core.errors import ConfigError
+from rlpost.evaluation.evaluate import _mean_by, evaluate
+from rlpost.models.loading import load_model, load_tokenizer
+from rlpost.scoring.correctness import Correctness
 from rlpost.train import train
 
 from trainer_utils import HASH_REWARD, TINY, make_run, weighted_sum

@@ -1,10 +1,10 @@
-"""train_flops (rlpost/flops.py): the per-token count by hand, tied weights counted once."""
+"""train_flops (rlpost/models/flops.py): the per-token count by hand, tied weights counted once."""
 
 from __future__ import annotations
 
 import torch
 
-from rlpost.flops import flops_per_token, model_parameters
+from rlpost.models.flops import flops_per_token, model_parameters
 
 
 def test_flops_per_token_by_hand():

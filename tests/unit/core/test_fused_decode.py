@@ -1,5 +1,5 @@
 """train.fused_decode: a decode step of a Llama-style model as one C++ call per decoder layer
-(rlpost/fused_decode.py + decode_layer.cpp) gives HF's logits to float rounding and the same samples, takes
+(rlpost/generation/fused_decode.py + decode_layer.cpp) gives HF's logits to float rounding and the same samples, takes
 only the calls it can, and leaves the model as it found it."""
 
 from __future__ import annotations
@@ -10,10 +10,10 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM, Qwen2Config, Qwen2ForCausalLM
 
-from rlpost import fused_decode, skinny_matmul
-from rlpost.kv_cache import PreallocatedCache, preallocated_generation
-from rlpost.models import load_model
-from rlpost.prefix_generation import shared_prefix_generation
+from rlpost.generation import fused_decode, skinny_matmul
+from rlpost.generation.kv_cache import PreallocatedCache, preallocated_generation
+from rlpost.generation.prefix_generation import shared_prefix_generation
+from rlpost.models.loading import load_model
 
 from trainer_utils import grouped_prompts, make_run, rlpost_trainer
 

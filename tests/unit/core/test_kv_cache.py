@@ -7,9 +7,9 @@ import pytest
 import torch
 from transformers import DynamicCache
 
-from rlpost.kv_cache import PreallocatedCache, PreallocatedLayer, generate_with_preallocated_cache
-from rlpost.models import load_model
-from rlpost.prefix_generation import generate_with_shared_prefix
+from rlpost.generation.kv_cache import PreallocatedCache, PreallocatedLayer, generate_with_preallocated_cache
+from rlpost.generation.prefix_generation import generate_with_shared_prefix
+from rlpost.models.loading import load_model
 
 from trainer_utils import grouped_prompts, make_run, rlpost_trainer
 
@@ -45,7 +45,7 @@ def test_layer_grows_past_its_capacity_keeping_what_it_holds():
 
 
 def test_a_writer_of_its_own_gets_the_next_position_with_room_for_it():
-    """next_position/advance (rlpost/fused_decode.py's path): the same buffers and exposure as update()."""
+    """next_position/advance (rlpost/generation/fused_decode.py's path): the same buffers and exposure as update()."""
     layer = PreallocatedLayer(capacity=2)
     layer.update(_states(2, 2, 0), -_states(2, 2, 0))  # full
     keys, values, position = layer.next_position()  # doubles first, keeping positions 0-1
@@ -131,7 +131,7 @@ def test_leaves_beam_search_and_a_given_cache_alone():
 
 
 def test_leaves_a_model_without_a_generation_config_alone():
-    """A policy composition (rlpost/prism.py) has its own generate and no generation_config: no cache is passed."""
+    """A policy composition (rlpost/models/prism.py) has its own generate and no generation_config: no cache is passed."""
 
     class Composed(torch.nn.Module):
         def generate(self, **kw):

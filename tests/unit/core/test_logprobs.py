@@ -1,4 +1,4 @@
-"""rlpost's compact log-prob head (rlpost/logprobs.py, train.logprob_head): hand-computed values, gradients
+"""rlpost's compact log-prob head (rlpost/logprobs/head.py, train.logprob_head): hand-computed values, gradients
 equal to plain autograd, and the same numbers as TRL's fused head inside the trainer."""
 
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlpost.logprobs import CompletionLogProbs, completion_logprobs
+from rlpost.logprobs.head import CompletionLogProbs, completion_logprobs
 
 from trainer_utils import make_run, rlpost_trainer
 
@@ -91,7 +91,7 @@ def test_masked_positions_are_zero():
 def test_shared_prompt_prefix_equals_the_full_forward(tmp_path):
     """Rows 0-2 share a left-padded prompt, row 3 has its own: the prompt runs once per distinct prompt and
     its KV cache is expanded; hidden states and the backbone's gradients match the plain forward."""
-    from rlpost.models import load_model
+    from rlpost.models.loading import load_model
     from rlpost.trainer.logprobs import backbone_hidden
 
     model = load_model(make_run([]).model)
@@ -148,7 +148,7 @@ def test_trainer_compact_head_matches_trls(tmp_path, segments):
 
 
 def test_auto_head_on_cpu_and_refusals(tmp_path):
-    from rlpost.errors import ConfigError
+    from rlpost.core.errors import ConfigError
 
     assert rlpost_trainer(make_run([]), tmp_path / "a")._compact_logprobs()  # auto: compact on CPU
     assert not rlpost_trainer(make_run(["train.logprob_head=trl"]), tmp_path / "b")._compact_logprobs()

@@ -9,13 +9,13 @@ import pytest
 import torch
 from torch import nn
 
-from rlpost.algorithms.lora_ensemble import (
+from rlpost.algorithms.ug_ttt import adapter_of_rows
+from rlpost.models.lora_ensemble import (
     LoraEnsemble,
     mutual_information,
     update_distinctness,
     update_gram,
 )
-from rlpost.algorithms.ug_ttt import adapter_of_rows
 
 
 def logits_of(*rows):

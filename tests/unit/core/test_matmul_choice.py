@@ -1,4 +1,4 @@
-"""train.cpu_matmul=auto: the step estimate, the 5% margin, the per-machine cache (rlpost/matmul_choice.py)."""
+"""train.cpu_matmul=auto: the step estimate, the 5% margin, the per-machine cache (rlpost/generation/matmul_choice.py)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 import torch
 
-from rlpost import matmul_choice, onednn, skinny_matmul
+from rlpost.generation import matmul_choice, onednn, skinny_matmul
 
 pytestmark = pytest.mark.skipif(not onednn.available(), reason="this PyTorch build has no oneDNN fp32 matmul")
 
@@ -135,7 +135,7 @@ def test_auto_choice_measures_once_per_machine_and_model(monkeypatch, tmp_path, 
 
     monkeypatch.setattr(matmul_choice, "measure", fake_measure)
     model = torch.nn.Sequential(torch.nn.Linear(4, 8))
-    with caplog.at_level("INFO", logger="rlpost.matmul_choice"):
+    with caplog.at_level("INFO", logger="rlpost.generation.matmul_choice"):
         first = matmul_choice.auto_choice(model, step_rows=64, decode_rows=8, decode_steps=8)
         again = matmul_choice.auto_choice(model, step_rows=64, decode_rows=8, decode_steps=8)
     assert first == again and first.choice == "onednn" and len(calls) == 1  # the second read the cache

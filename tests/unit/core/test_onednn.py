@@ -6,9 +6,9 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlpost import onednn
-from rlpost.logprobs import CompletionLogProbs
-from rlpost.models import load_model
+from rlpost.generation import onednn
+from rlpost.logprobs.head import CompletionLogProbs
+from rlpost.models.loading import load_model
 
 from trainer_utils import make_run, rlpost_trainer
 
@@ -87,13 +87,15 @@ def test_compact_head_through_onednn_equals_autograd():
 
 
 def test_trainer_routes_when_asked_or_measured_faster_and_refusals(tmp_path):
-    from rlpost.errors import ConfigError
+    from rlpost.core.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
     routed = rlpost_trainer(make_run(["train.cpu_matmul=onednn"]), tmp_path / "a")
     assert routed._onednn and "forward" in routed.model.lm_head.__dict__
     assert routed.matmul_timing is None  # forced: nothing timed
-    auto = rlpost_trainer(make_run([]), tmp_path / "c")  # the default: by measurement (rlpost/matmul_choice.py)
+    auto = rlpost_trainer(
+        make_run([]), tmp_path / "c"
+    )  # the default: by measurement (rlpost/generation/matmul_choice.py)
     timing = auto.matmul_timing
     assert timing is not None and timing.aten_s > 0 and timing.onednn_s > 0
     assert auto._onednn == (timing.choice == "onednn") == ("forward" in auto.model.lm_head.__dict__)

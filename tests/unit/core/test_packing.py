@@ -5,9 +5,9 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlpost.models import load_model
-from rlpost.packing import Packing, pack_groups
-from rlpost.segment_attention import Block, row_end
+from rlpost.logprobs.packing import Packing, pack_groups
+from rlpost.logprobs.segment_attention import Block, row_end
+from rlpost.models.loading import load_model
 from rlpost.trainer.logprobs import backbone_hidden
 
 from trainer_utils import make_run, rlpost_trainer
@@ -108,7 +108,7 @@ def test_layouts_it_does_not_pack(change, why):
 
 
 def test_trainer_packs_by_default_and_refuses_a_bad_limit(tmp_path):
-    from rlpost.errors import ConfigError
+    from rlpost.core.errors import ConfigError
     from rlpost.launch.checks import check_hardware
 
     assert rlpost_trainer(make_run([]), tmp_path / "a")._packing() == Packing(max_tokens=8192, segment_min_tokens=512)

@@ -1,4 +1,4 @@
-"""rlpost/parallel_sampling.py: torch.multinomial(probs, 1) with the draw's transform on every core gives
+"""rlpost/generation/parallel_sampling.py: torch.multinomial(probs, 1) with the draw's transform on every core gives
 PyTorch's samples and leaves the generator where PyTorch leaves it, bit for bit, and hands everything else
 to PyTorch."""
 
@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rlpost import parallel_sampling, skinny_matmul
+from rlpost.generation import parallel_sampling, skinny_matmul
 
 from trainer_utils import make_run, rlpost_trainer
 

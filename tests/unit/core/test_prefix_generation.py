@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import torch
 
-from rlpost.models import load_model
-from rlpost.prefix_generation import generate_with_shared_prefix, shared_prefix_cache, shared_prefix_generation
+from rlpost.generation.prefix_generation import (
+    generate_with_shared_prefix,
+    shared_prefix_cache,
+    shared_prefix_generation,
+)
+from rlpost.models.loading import load_model
 
 from trainer_utils import grouped_prompts, make_run, rlpost_trainer
 

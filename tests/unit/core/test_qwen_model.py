@@ -12,7 +12,7 @@ import pytest
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.envs.tags import template_has_tools
-from rlpost.models import load_model, load_tokenizer
+from rlpost.models.loading import load_model, load_tokenizer
 
 pytestmark = [
     pytest.mark.slow,

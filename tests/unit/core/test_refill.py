@@ -8,7 +8,7 @@ import torch
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.trainer.refill import fill_plan, merge_rows, refill_indices
 
 

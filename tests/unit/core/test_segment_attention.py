@@ -9,7 +9,7 @@ import pytest
 import torch
 from transformers import LlamaConfig
 
-from rlpost.segment_attention import NAME, Block, attention, segment_attention
+from rlpost.logprobs.segment_attention import NAME, Block, attention, segment_attention
 
 
 class _Attention(torch.nn.Module):

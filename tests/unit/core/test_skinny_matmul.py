@@ -1,4 +1,4 @@
-"""train.decode_kernel: rlpost's compiled decode kernel (rlpost/skinny_matmul.py) packs, multiplies like
+"""train.decode_kernel: rlpost's compiled decode kernel (rlpost/generation/skinny_matmul.py) packs, multiplies like
 F.linear to float rounding, takes over a model's decode products on either matmul route, and steps aside
 where it cannot."""
 
@@ -10,8 +10,8 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rlpost import matmul_choice, onednn, skinny_matmul
-from rlpost.models import load_model
+from rlpost.generation import matmul_choice, onednn, skinny_matmul
+from rlpost.models.loading import load_model
 from rlpost.trainer import logprobs
 
 from trainer_utils import make_run, rlpost_trainer

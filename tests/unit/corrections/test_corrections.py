@@ -10,6 +10,7 @@ import torch
 
 from rlpost.app import compose, validate
 from rlpost.build import build_run
+from rlpost.core.errors import ConfigError
 from rlpost.corrections.acrl import AdaptiveControl
 from rlpost.corrections.ais import AdaptiveIS
 from rlpost.corrections.base import CorrectionInputs
@@ -17,10 +18,9 @@ from rlpost.corrections.f_tis import FilteredTruncatedIS, sample_kl
 from rlpost.corrections.mis import MaskedIS
 from rlpost.corrections.none import NoCorrection
 from rlpost.corrections.tis import TruncatedIS
-from rlpost.errors import ConfigError
-from rlpost.listing import rows
-from rlpost.show import explain
-from rlpost.state import load_component_state, save_component_state
+from rlpost.runs.state import load_component_state, save_component_state
+from rlpost.tools.explain import explain
+from rlpost.tools.listing import rows
 
 LN2 = math.log(2.0)
 

@@ -7,11 +7,11 @@ import pytest
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import DataConfig, load_datasets
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import DataConfig, load_datasets
 from rlpost.envs.base import build_env
 from rlpost.envs.runner import ChatRenderer, run_episodes
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 
 @pytest.fixture(scope="module")

@@ -11,12 +11,12 @@ import pytest
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.app import compose
 from rlpost.build import build_run
+from rlpost.core.errors import ConfigError
 from rlpost.envs.base import build_env
 from rlpost.envs.diagnose_revise import DiagnoseReviseConfig, episode_reward, normalize, parse_diagnosis
 from rlpost.envs.runner import ChatRenderer, episode_metrics, run_episodes
-from rlpost.errors import ConfigError
-from rlpost.evaluate import episode_eval_metrics
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.evaluation.evaluate import episode_eval_metrics
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 LABELS = ["correct", "wrong_operation", "arithmetic_slip", "sign_error", "missing_answer"]
 ROW = {"prompt": [{"role": "user", "content": "Calculate 3 + 4.\nGive only the final answer."}], "answer": "7"}
@@ -139,6 +139,6 @@ def test_the_recipe_composes_the_episode_with_the_env_reward():
 
 def test_the_environment_cites_its_seed():
     from rlpost.envs.base import ENVS
-    from rlpost.listing import seed_reference
+    from rlpost.tools.listing import seed_reference
 
     assert seed_reference(ENVS.get("diagnose_revise")) == "seed 000 #19"

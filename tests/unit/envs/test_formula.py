@@ -14,9 +14,8 @@ from support_runs import one_step
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.envs.base import build_env
-from rlpost.errors import ConfigError
-from rlpost.formula_panel import (
+from rlpost.core.errors import ConfigError
+from rlpost.data.formula_panel import (
     COLUMNS,
     FactorError,
     Panel,
@@ -26,7 +25,8 @@ from rlpost.formula_panel import (
     formula_task_rows,
     make_panel,
 )
-from rlpost.state import STATE_FILE, state_restored
+from rlpost.envs.base import build_env
+from rlpost.runs.state import STATE_FILE, state_restored
 
 # 2 days x 3 stocks
 HAND = Panel(

@@ -6,7 +6,7 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.envs.base import build_env
 from rlpost.envs.frozen_worker import FrozenWorker, mentions, worker
 from rlpost.envs.runner import ChatRenderer, run_episodes
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 ROW = {
     "prompt": [{"role": "user", "content": "Calculate 525 * 858."}],

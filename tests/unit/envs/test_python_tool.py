@@ -12,8 +12,8 @@ import rlpost.components  # noqa: F401  (registers every component)
 import rlpost.envs.python as python_env
 from rlpost.app import compose
 from rlpost.build import build_run
+from rlpost.core.errors import ConfigError
 from rlpost.envs.base import build_env
-from rlpost.errors import ConfigError
 from rlpost.rewards.sandbox import sandbox_available
 
 needs_jail = pytest.mark.skipif(

@@ -11,12 +11,12 @@ import math
 import pytest
 
 import rlpost.components  # noqa: F401  (registers every component)
+from rlpost.core.errors import ConfigError
 from rlpost.envs.base import ENVS, StepResult, build_env
 from rlpost.envs.runner import ChatRenderer, episode_fields, run_episodes
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, load_tokenizer
-from rlpost.reward_guard import FailurePolicy, guard_rewards
+from rlpost.models.loading import ModelConfig, load_tokenizer
 from rlpost.rewards.env import EnvReward
+from rlpost.scoring.guard import FailurePolicy, guard_rewards
 
 
 @pytest.fixture(scope="module")

@@ -9,7 +9,7 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.envs.base import build_env
 from rlpost.envs.runner import ChatRenderer, episode_metrics, run_episodes
 from rlpost.envs.safety_controller import STRATEGIES, SafetyController, parse_strategy, turn_reward
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 NAMES = [s["name"] for s in STRATEGIES]
 NOTES = {s["name"]: s for s in STRATEGIES}

@@ -12,7 +12,7 @@ from rlpost.envs.base import build_env
 from rlpost.envs.runner import ChatRenderer, run_episodes
 from rlpost.envs.search import contains_answer, search
 from rlpost.envs.search_data import DATA, build
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 CORPUS = "recipes/data/search_corpus.jsonl"
 

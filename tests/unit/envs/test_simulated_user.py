@@ -8,7 +8,7 @@ import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.envs.base import build_env
 from rlpost.envs.booking_data import DATA, build
 from rlpost.envs.runner import ChatRenderer, run_episodes
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 ROW = {"prompt": [{"role": "user", "content": "Hi, I need a train ticket."}], "goal_city": "Lowmere",
        "goal_day": "Wednesday", "goal_class": "first", "answer": "Lowmere, Wednesday, first"}  # fmt: skip

@@ -9,11 +9,11 @@ import json
 import pytest
 
 import rlpost.components  # noqa: F401  (registers every component)
+from rlpost.data.skill_families import FAMILIES, skill_family_rows
 from rlpost.envs.base import build_env
 from rlpost.envs.runner import ChatRenderer, episode_metrics, run_episodes
 from rlpost.envs.skill_executor import SkillExecutor, executor, success
-from rlpost.models import ModelConfig, load_tokenizer
-from rlpost.skill_families import FAMILIES, skill_family_rows
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 TASKS = [
     ["Calculate 12 + 30.", "42"],
@@ -163,7 +163,7 @@ def test_families_cycle_and_hold_distinct_tasks():
 def test_runs_without_a_family_of_tasks_or_with_too_few_are_refused_before_loading():
     from rlpost.app import compose
     from rlpost.build import build_run
-    from rlpost.errors import ConfigError
+    from rlpost.core.errors import ConfigError
 
     env = ["data/env=skill_executor", "reward=env"]
     with pytest.raises(ConfigError, match="needs rows with a tasks column .* use data=skill_families"):

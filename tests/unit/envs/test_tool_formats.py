@@ -9,11 +9,11 @@ import pytest
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.app import compose
 from rlpost.build import build_run
+from rlpost.core.errors import ConfigError
 from rlpost.envs.base import build_env
 from rlpost.envs.runner import ChatRenderer, run_episodes
 from rlpost.envs.tags import template_has_tools, tool_calls
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_tokenizer
 
 # A ChatML template with tools the way Qwen2.5's renders them: the schemas in the system turn, tool responses
 # wrapped in <tool_response> inside a user turn.

@@ -7,8 +7,8 @@ import torch
 from safetensors.torch import save_file
 from transformers import TrainerCallback
 
-from rlpost.config import HardwareConfig
-from rlpost.errors import ConfigError
+from rlpost.core.config import HardwareConfig
+from rlpost.core.errors import ConfigError
 from rlpost.grad.direction_monitor import DirectionMonitor
 from rlpost.grad.subspace import (
     build_subspace,
@@ -295,7 +295,7 @@ def test_real_steps_apply_gradients_inside_the_subspace(lora, tmp_path):
     # `rlpost subspace` on the run's real checkpoints (base model folder -> checkpoint for full FT, two adapter
     # checkpoints for LoRA) gives a file whose names match the live parameters.
     from rlpost.cli import main
-    from rlpost.models import tiny_random_folder
+    from rlpost.models.loading import tiny_random_folder
 
     start = tmp_path / "checkpoint-2" if lora else tiny_random_folder(trainer.run.model)
     out = tmp_path / "ref.pt"

@@ -8,10 +8,10 @@ import math
 import pytest
 import torch
 
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.losses.adaptive_clip import COMPLEXITY_KEY, AdaptiveClip, profile_complexity
 from rlpost.losses.base import LossInputs
-from rlpost.schema import build_config
 
 from trainer_utils import make_run, rlpost_trainer, step_logs
 

@@ -7,7 +7,8 @@ import torch
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.losses.aggregation import AGGREGATIONS, aggregate, describe_aggregation
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.cispo import CISPO
@@ -16,7 +17,6 @@ from rlpost.losses.gspo import GSPO
 from rlpost.losses.kl import KLConfig, kl_estimate, kl_loss_term, kl_reward_penalty
 from rlpost.regularizers.base import REGULARIZERS
 from rlpost.regularizers.entropy import Entropy
-from rlpost.schema import build_config
 
 LN2 = math.log(2.0)
 

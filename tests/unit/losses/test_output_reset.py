@@ -13,7 +13,7 @@ import torch
 from rlpost import cli
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.losses.base import LOSSES, LossInputs
 from rlpost.losses.clip import Clip
 from rlpost.losses.diagnostics import or_diagnostics

@@ -12,14 +12,14 @@ from paths import REPO
 from rlpost.advantages.base import GroupBatch
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import load_datasets
+from rlpost.core.schema import build_config
+from rlpost.data.sources import load_datasets
 from rlpost.losses.base import LossInputs
-from rlpost.models import load_model, load_tokenizer, peft_config
+from rlpost.models.loading import load_model, load_tokenizer, peft_config
 from rlpost.regularizers.air import AIR, KEYS
 from rlpost.regularizers.air_sampler import IntentBatchSampler
 from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS, completion_text
-from rlpost.schema import build_config
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import grpo_args, make_run, step_logs

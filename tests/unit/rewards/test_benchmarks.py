@@ -1,4 +1,4 @@
-"""Offline benchmarks (rlpost/benchmarks.py) read from their wheels, and the ifeval reward on real IFEval rows,
+"""Offline benchmarks (rlpost/data/benchmarks.py) read from their wheels, and the ifeval reward on real IFEval rows,
 worked out by hand: prompt- and instruction-level, strict and loose, the instruction-weighted mean."""
 
 from __future__ import annotations
@@ -11,12 +11,12 @@ import torch
 from paths import REPO
 
 from rlpost.app import compose
-from rlpost.benchmarks import WHEELS, benchmark_rows
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.evaluate import _term_mean
-from rlpost.reward_columns import expand_columns
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.data.benchmarks import WHEELS, benchmark_rows
+from rlpost.evaluation.evaluate import _term_mean
+from rlpost.scoring.columns import expand_columns
+from rlpost.scoring.terms import build_reward_terms
 
 
 def test_each_benchmark_has_its_rows_and_format():

@@ -1,4 +1,4 @@
-"""data=ifeval_train (rlpost/ifeval_train.py): seeded, conflict-free, disjoint from IFEval, scored by reward=ifeval;
+"""data=ifeval_train (rlpost/data/ifeval_train.py): seeded, conflict-free, disjoint from IFEval, scored by reward=ifeval;
 recipe=ifeval_train runs on the tiny model."""
 
 from __future__ import annotations
@@ -9,12 +9,12 @@ from if_verifiable.ifeval.instructions_registry import INSTRUCTION_CONFLICTS
 from support_runs import one_step
 
 from rlpost.app import compose
-from rlpost.benchmarks import benchmark_rows
 from rlpost.build import build_run
-from rlpost.data import load_datasets
-from rlpost.ifeval_train import ifeval_train_rows
-from rlpost.reward_columns import expand_columns
-from rlpost.reward_terms import build_reward_terms
+from rlpost.data.benchmarks import benchmark_rows
+from rlpost.data.ifeval_train import ifeval_train_rows
+from rlpost.data.sources import load_datasets
+from rlpost.scoring.columns import expand_columns
+from rlpost.scoring.terms import build_reward_terms
 
 
 def test_rows_are_seeded_and_use_ifeval_instructions_without_conflicts():

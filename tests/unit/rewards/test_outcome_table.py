@@ -14,11 +14,11 @@ from support_runs import one_step
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.market_news import main as generate_market_news
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.dev.market_news import main as generate_market_news
 from rlpost.rewards.outcome_table import OutcomeTable
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 DATA = REPO / "recipes" / "data"
 
@@ -104,7 +104,9 @@ def test_bad_table_fails_before_any_model_loads():
 def test_bundled_market_news_is_what_the_generator_writes(tmp_path):
     generate_market_news(["--out", str(tmp_path / "market_news.jsonl")])
     for name in ("market_news.jsonl", "market_news_eval.jsonl"):
-        assert (tmp_path / name).read_text() == (DATA / name).read_text(), f"{name}: rerun python -m rlpost.market_news"
+        assert (tmp_path / name).read_text() == (DATA / name).read_text(), (
+            f"{name}: rerun python -m rlpost.dev.market_news"
+        )
     train = [json.loads(line) for line in (DATA / "market_news.jsonl").read_text().splitlines()]
     evals = [json.loads(line) for line in (DATA / "market_news_eval.jsonl").read_text().splitlines()]
     assert len(train) == 480 and len(evals) == 100

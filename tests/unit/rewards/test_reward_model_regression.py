@@ -17,8 +17,8 @@ from paths import REPO
 from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from rlpost import cli
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig
+from rlpost.core.errors import ConfigError
+from rlpost.models.loading import ModelConfig
 from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
 from rlpost.reward_model.regression import RightPadding, ValuationTask
 from rlpost.reward_model.train import load_classifier

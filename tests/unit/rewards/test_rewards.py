@@ -18,11 +18,11 @@ import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 from rlpost.combine.base import COMBINERS
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS, strip_think
 from rlpost.rewards.math_answer import gold_number, last_number
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 CONF = REPO / "conf" / "reward"
 

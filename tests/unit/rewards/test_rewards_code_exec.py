@@ -9,11 +9,11 @@ import math
 import pytest
 
 import rlpost.rewards.code_exec  # noqa: F401  (registers)
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.code_exec import extract_code
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 PROMPT = 'def add(a, b):\n    """Return a + b."""\n'
 TESTS = (
@@ -102,7 +102,7 @@ def test_extraction_and_unscorable_rows():
 
 
 def test_human_eval_rows_canonical_solution_passes():
-    from rlpost.data import DataConfig, load_datasets
+    from rlpost.data.sources import DataConfig, load_datasets
 
     train, evals = load_datasets(DataConfig(source="human_eval", train_size=None, eval_size=8))
     assert len(train) + len(evals) == 164

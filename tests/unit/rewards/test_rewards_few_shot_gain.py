@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import rlpost.rewards.few_shot_gain  # noqa: F401  (registers)
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.few_shot_gain import gain, zero_shot_prompt
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 TINY = {"source": "tiny_random"}
 

@@ -9,12 +9,12 @@ import pytest
 import torch
 
 import rlpost.components  # noqa: F401  (registers every reward)
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.core import jaccard_matrix, replicator
 from rlpost.rewards.group import extract_answer, group_bounds
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 
 def make(name, **params):

@@ -8,11 +8,11 @@ from paths import REPO
 from support_judges import requests_for
 
 import rlpost.components  # noqa: F401
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rank_judge import average_ranks
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 # the "keyword" endpoint says Yes iff the criterion's last word ("good") is in the text after "Response: ",
 # i.e. iff Response A contains "good": s(A, B) = 1[good in A]

@@ -14,12 +14,12 @@ from support_runs import one_step
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 import rlpost.components  # noqa: F401  (registers)
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, tiny_random_folder
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.models.loading import ModelConfig, tiny_random_folder
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.qe_lid import length_score, no_copy_score
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 SRC = "The house is big and old."  # 25 characters
 

@@ -7,11 +7,11 @@ import math
 import pytest
 
 import rlpost.components  # noqa: F401  (registers)
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.token_f1 import token_f1
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 
 def make(name, **params):

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 import rlpost.rewards.pared  # noqa: F401  (registers)
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.pared import features
-from rlpost.schema import build_config
+from rlpost.scoring.terms import build_reward_terms
 
 
 def make(**params):
@@ -95,7 +95,7 @@ def test_bad_params_are_config_errors(tmp_path):
 
 
 def test_two_trainer_steps_move_the_discriminator(tmp_path):
-    from rlpost.state import STATE_FILE
+    from rlpost.runs.state import STATE_FILE
 
     from trainer_utils import make_run, step_logs, train_rlpost
 

@@ -17,10 +17,10 @@ from support_judges import requests_for
 import rlpost.components  # noqa: F401
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rubric import parse_rubric
-from rlpost.schema import build_config
 
 # keyword endpoint: Yes iff the criterion's last word occurs in the response; "unclear" -> malformed
 RUBRIC = {

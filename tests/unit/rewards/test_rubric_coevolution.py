@@ -12,8 +12,7 @@ import torch
 import rlpost.components  # noqa: F401
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.reward_terms import build_reward_terms
+from rlpost.core.errors import ConfigError
 from rlpost.rewards.rubric_coevolution import (
     CoEvolveConfig,
     WriterLearner,
@@ -22,6 +21,7 @@ from rlpost.rewards.rubric_coevolution import (
     writer_rewards,
 )
 from rlpost.rewards.rubric_writer import build_writer
+from rlpost.scoring.terms import build_reward_terms
 
 TINY = {"source": "tiny_random"}
 REQUEST = "Task: What is 2 + 3?\n\nResponse 1: 5\n\nResponse 2: 7\n\nWrite 2 yes/no questions."
@@ -178,7 +178,7 @@ def test_a_run_trains_the_writer_and_checkpoints_it(tmp_path):
     carries the writer's adapters, optimizer and update count, loadable the way resume loads them."""
     from support_runs import TINY_CLI, run_cli
 
-    from rlpost.state import STATE_FILE
+    from rlpost.runs.state import STATE_FILE
 
     p = "reward.terms.0.params"
     run_dir = tmp_path / "run"

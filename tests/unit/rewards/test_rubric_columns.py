@@ -1,4 +1,4 @@
-"""reward=rubric with columns=criteria: one reward column per criterion (rlpost/reward_columns.py), so that
+"""reward=rubric with columns=criteria: one reward column per criterion (rlpost/scoring/columns.py), so that
 reward/combine=focal re-weights a rubric's criteria (seed 004 #4). Hand-computed columns, weights and focal
 rewards, per-row rubrics, config errors, and 2 trainer steps with the keyword judge endpoint."""
 
@@ -15,10 +15,10 @@ import rlpost.components  # noqa: F401
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.combine.base import COMBINERS
-from rlpost.errors import ConfigError
-from rlpost.reward_columns import expand_columns
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
-from rlpost.schema import build_config
+from rlpost.scoring.columns import expand_columns
 
 # keyword endpoint: Yes iff the criterion's last word occurs in the response
 RUBRIC = {

@@ -20,10 +20,10 @@ import pytest
 import rlpost
 import rlpost.rewards.code_exec  # noqa: F401  (registers)
 import rlpost.rewards.sandbox as sandbox_module
-from rlpost.reward_guard import FailurePolicy, GuardedReward, RewardFailure
+from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.sandbox import SandboxError, execute, run_script, sandbox_available
-from rlpost.schema import build_config
+from rlpost.scoring.guard import FailurePolicy, GuardedReward, RewardFailure
 
 TESTS = "def check(candidate):\n    assert candidate(1, 2) == 3\n    assert candidate(2, 2) == 4\n"
 CORRECT = "def add(a, b):\n    return a + b\n"
@@ -139,7 +139,7 @@ def test_a_virtual_environment_under_tmp_runs_in_the_jail(tmp_path):
         "import json, rlpost.rewards.sandbox as sb\n"
         "from rlpost.envs.python import PythonTool\n"
         "from rlpost.rewards.base import REWARDS\n"
-        "from rlpost.schema import build_config\n"
+        "from rlpost.core.schema import build_config\n"
         "import rlpost.rewards.code_exec\n"
         f"out = sb.execute({CORRECT!r}, {TESTS!r}, 'add', 5.0, 256, 'bwrap')\n"
         "cls = REWARDS.get('code_exec')\n"

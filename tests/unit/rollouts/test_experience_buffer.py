@@ -9,6 +9,7 @@ import pytest
 import torch
 from support_judges import requests_for
 
+from rlpost.core.schema import build_config
 from rlpost.rollouts.experience_buffer import (
     FOOTER,
     HEADER,
@@ -20,7 +21,6 @@ from rlpost.rollouts.experience_buffer import (
     extremes,
     turn_texts,
 )
-from rlpost.schema import build_config
 
 
 def entry(reward: float, name: str) -> Entry:

@@ -12,11 +12,11 @@ from support_runs import one_step
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
-from rlpost.infill_data import infill_rows
+from rlpost.core.errors import ConfigError
+from rlpost.core.schema import build_config
+from rlpost.data.infill import infill_rows
 from rlpost.rewards.infill_likelihood import InfillLikelihood, middle_text, suffix_logprob
 from rlpost.rollouts.frost import gcg_step
-from rlpost.schema import build_config
 
 
 def test_suffix_logprob_by_hand():

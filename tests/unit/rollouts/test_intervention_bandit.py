@@ -12,7 +12,7 @@ import torch
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.rollouts.intervention_bandit import InterventionBandit
 from rlpost.rollouts.interventions import intervened_prompt
 from rlpost.rollouts.linucb import LinUCB, context

@@ -10,6 +10,7 @@ import random
 import pytest
 import torch
 
+from rlpost.core.schema import build_config
 from rlpost.losses.base import LossInputs
 from rlpost.rollouts.language_routed import (
     LanguageRouted,
@@ -22,7 +23,6 @@ from rlpost.rollouts.language_routed import (
     preference_signs,
     split_rows,
 )
-from rlpost.schema import build_config
 
 NAN = float("nan")
 

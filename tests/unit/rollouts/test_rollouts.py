@@ -14,7 +14,7 @@ from support_config import assert_clean_failure
 from rlpost import cli
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.rollouts.base import Rollouts, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt
@@ -235,7 +235,7 @@ def test_unknown_rollout_fails_cleanly_on_the_cli(no_launch, capsys):  # noqa: F
 
 
 def test_rlpost_list_shows_the_rollouts_with_their_seeds():
-    from rlpost.listing import rows
+    from rlpost.tools.listing import rows
 
     listed = {name: seed for kind, name, _, seed in rows("rollout")}
     assert listed == {

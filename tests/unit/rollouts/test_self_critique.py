@@ -13,7 +13,7 @@ from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.rollouts.self_critique import (
     CRITIC,
     REFINED,

@@ -9,9 +9,10 @@ import torch
 
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.losses.clip import Clip
+from rlpost.runs.state import load_component_state, save_component_state
 from rlpost.safety.config import RollbackSettings
 from rlpost.safety.fp32_updates import MasterWeights
 from rlpost.safety.kit import SafetyKit
@@ -19,7 +20,6 @@ from rlpost.safety.nonfinite import NonFiniteGuard, drop_grads, grads_finite
 from rlpost.safety.ratio_guard import guard_log_ratio
 from rlpost.safety.rollback import RollbackRules
 from rlpost.safety.whiten import RewardWhitener, RunningMoments
-from rlpost.state import load_component_state, save_component_state
 
 TINY = ["model=tiny-random", "logging.tensorboard=false"]
 
@@ -174,7 +174,7 @@ def test_fp32_masters_accumulate_updates_bf16_rounds_away():
 def test_lora_merge_keeps_outputs_and_zeroes_b():
     from peft import get_peft_model
 
-    from rlpost.models import load_model, peft_config
+    from rlpost.models.loading import load_model, peft_config
     from rlpost.safety.lora_merge import lora_layers, merge_and_reinit
 
     run = build_run(compose([*TINY, "model.lora.enabled=true", "model.lora.dropout=0.0"]))
@@ -218,9 +218,9 @@ def test_lora_merge_keeps_outputs_and_zeroes_b():
     ],
 )
 def test_impossible_combinations_fail_before_loading(overrides, message, monkeypatch):
-    import rlpost.models
+    import rlpost.models.loading
 
-    monkeypatch.setattr(rlpost.models, "load_model", lambda cfg: pytest.fail("model loaded"))
+    monkeypatch.setattr(rlpost.models.loading, "load_model", lambda cfg: pytest.fail("model loaded"))
     with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace("?", r"\?")):
         build_run(compose([*TINY, *overrides]))
 

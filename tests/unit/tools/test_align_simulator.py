@@ -13,8 +13,8 @@ from safetensors.torch import load_file
 from rlpost import cli
 from rlpost.envs.base import row_messages
 from rlpost.envs.simulated_user import SYSTEM, SimulatedUser, SimulatedUserConfig
-from rlpost.models import ModelConfig, load_model, load_tokenizer
-from rlpost.sim_alignment import (
+from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
+from rlpost.models.sim_alignment import (
     align,
     batch_tensors,
     booking,

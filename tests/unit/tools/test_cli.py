@@ -16,8 +16,8 @@ import pytest
 import yaml
 
 from rlpost import cli
-from rlpost.listing import REGISTRIES
-from rlpost.registry import describe
+from rlpost.core.registry import describe
+from rlpost.tools.listing import REGISTRIES
 
 RLPOST = Path(sys.executable).with_name("rlpost")
 

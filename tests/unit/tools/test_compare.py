@@ -8,9 +8,9 @@ import json
 import pytest
 import yaml
 
+from rlpost.analysis.compare import _item_value, curve, find_runs, group_methods, write_comparison
+from rlpost.analysis.stats import bootstrap_ci, iqm, mcnemar_exact, sign_test
 from rlpost.cli import main as cli
-from rlpost.compare import _item_value, curve, find_runs, group_methods, write_comparison
-from rlpost.stats import bootstrap_ci, iqm, mcnemar_exact, sign_test
 
 
 def test_iqm_by_hand():

@@ -11,9 +11,9 @@ import torch
 from paths import SUPPORT
 
 from rlpost import cli
-from rlpost.models import ModelConfig, load_model
+from rlpost.analysis.value_gradient import accumulate_policy_gradient, flat_gradient, group_advantages, split_half_stats
+from rlpost.models.loading import ModelConfig, load_model
 from rlpost.tools.diagnose import Thresholds, verdict
-from rlpost.value_gradient import accumulate_policy_gradient, flat_gradient, group_advantages, split_half_stats
 
 TESTS = SUPPORT
 

@@ -13,7 +13,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from rlpost import cli
-from rlpost.models import ModelConfig, load_model, tiny_random_folder
+from rlpost.models.loading import ModelConfig, load_model, tiny_random_folder
 from rlpost.tools import merge_math
 
 

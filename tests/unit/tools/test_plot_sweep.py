@@ -10,8 +10,8 @@ import json
 import pytest
 
 from rlpost import cli
-from rlpost.plots import expand_keys, make_figure, smooth
-from rlpost.sweep import Job, load_jobs, split_overrides, summary_rows
+from rlpost.analysis.plots import expand_keys, make_figure, smooth
+from rlpost.analysis.sweep import Job, load_jobs, split_overrides, summary_rows
 
 from trainer_utils import TINY
 

@@ -1,4 +1,4 @@
-"""PRISM (seed 000 #13, rlpost/prism.py): the composition math by hand, the composed decoder against each
+"""PRISM (seed 000 #13, rlpost/models/prism.py): the composition math by hand, the composed decoder against each
 member's own forward and against transformers' generate, two tiny LoRA runs composed through `rlpost eval`
 and merged through `rlpost merge` (a negative weight for the negative policy), and the refusals."""
 
@@ -12,8 +12,8 @@ import torch
 from safetensors.torch import load_file
 
 from rlpost import cli
-from rlpost.models import ModelConfig, load_model, load_tokenizer
-from rlpost.prism import ComposedPolicy, ComposeSettings, compose_logprobs, load_composed, top_p_filter
+from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
+from rlpost.models.prism import ComposedPolicy, ComposeSettings, compose_logprobs, load_composed, top_p_filter
 
 from trainer_utils import TINY
 

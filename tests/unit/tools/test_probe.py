@@ -12,9 +12,8 @@ import torch
 from paths import REPO
 
 from rlpost import cli
-from rlpost.errors import ConfigError
-from rlpost.models import ModelConfig, load_model, load_tokenizer
-from rlpost.probe import (
+from rlpost.core.errors import ConfigError
+from rlpost.evaluation.probe import (
     DOC_TEMPLATES,
     ProbeConfig,
     Scenario,
@@ -27,6 +26,7 @@ from rlpost.probe import (
     rates,
     sdf_finetune,
 )
+from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
 
 from trainer_utils import HASH_REWARD, TINY
 

@@ -16,8 +16,8 @@ import subprocess
 import pytest
 
 from rlpost import cli
+from rlpost.analysis.report import config_differences, flatten
 from rlpost.app import compose
-from rlpost.report import config_differences, flatten
 from rlpost.train import train
 
 from trainer_utils import HASH_REWARD, TINY

@@ -11,8 +11,7 @@ import yaml
 from support_judges import requests_for
 
 from rlpost import cli
-from rlpost.rewards.rubric import Criterion, parse_rubric
-from rlpost.rubric_memory import (
+from rlpost.analysis.rubric_memory import (
     MEMORY_FILE,
     RevisionSettings,
     decide,
@@ -23,6 +22,7 @@ from rlpost.rubric_memory import (
     window_mean,
     writer_prompt,
 )
+from rlpost.rewards.rubric import Criterion, parse_rubric
 
 S = RevisionSettings(window=2, saturated=0.9, failing=0.3, cooldown=2, evidence=1)
 EASY = Criterion("easy", "The response gives one number.")

@@ -10,8 +10,8 @@ from support_judges import ARES_REPLY, requests_for
 from support_runs import TINY_CLI, run_cli
 
 from rlpost import cli
+from rlpost.data.synth_rubrics import Document, Filters, Instance, load_documents, parse, prompt, rejection, row
 from rlpost.rewards.rubric import parse_rubric
-from rlpost.synth_rubrics import Document, Filters, Instance, load_documents, parse, prompt, rejection, row
 
 DOC = Document("d1", "health", "Red meat, lentils and spinach are rich in iron. Vitamin C helps absorption of iron.")
 

@@ -11,8 +11,8 @@ from support_runs import TINY_CLI, run_cli
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import DataConfig, load_datasets
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import DataConfig, load_datasets
 from rlpost.transforms.base import add_note, build_transform
 
 LOW = "Your response will be evaluated by an automatic checker that reads only the final number; this feedback has low fidelity."

@@ -8,8 +8,8 @@ import pytest
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
 from rlpost.build import build_run
-from rlpost.data import DataConfig, load_datasets
-from rlpost.errors import ConfigError
+from rlpost.core.errors import ConfigError
+from rlpost.data.sources import DataConfig, load_datasets
 from rlpost.transforms.base import build_transform
 from rlpost.transforms.market_filter import outcome_bucket
 
@@ -119,6 +119,6 @@ def test_bundled_news_filters_to_a_clean_training_set():
     run = build_run(compose(["model=tiny-random", "recipe=finsmart"]))
     assert isinstance(run.data, DataConfig)
     train, evals = load_datasets(run.data)
-    # 480 headlines: 151 ambiguous, 20 on shock days, 58 sharing an event (rlpost/market_news.py, seed 0)
+    # 480 headlines: 151 ambiguous, 20 on shock days, 58 sharing an event (rlpost/dev/market_news.py, seed 0)
     assert (len(train), len(evals)) == (251, 100)
     assert set(train["outcome"]) == {"up", "flat", "down"} and len(set(evals["outcome"])) == 3

@@ -1,0 +1,103 @@
+"""Component: the contract every registered component keeps (issue 17 item 5).
+
+A component is one small class: a nested frozen ``Config`` dataclass (its schema; YAML only sets
+values), one constructor ``__init__(self, cfg: Config)``, and ``__call__`` doing its work (declared
+by its kind's base, ``rlpost/<kind>/base.py``). Every *optional* member the builder, ``rlpost show``,
+the checkpoint code and the trainer use is declared here (or on the kind's base) with a no-op
+default, so they call it on every component and never probe for it:
+
+    requires           set by a component       rollout statistics the trainer computes for it
+    check_run(run)     build.check_run          cross-group checks against the built run
+    describe()         rlpost show              the component's formula in one line
+    sampler(...)       trainer seam 0           which prompts share a generation batch (None: TRL's)
+    score_rollouts()   trainer seam 3           this process's tensors computed with another model
+    stateful, state_dict(), load_state_dict()   rlpost/runs/state.py: saved with every checkpoint
+
+What each kind adds: ``Regularizer.prepare``, ``GradTransform.check_compatible``,
+``RolloutStrategy.adjust_rewards``, ``Correction.peer`` / ``peer_per_group``, and the reward flags
+``is_group_reward``, ``group_size``, ``learning``, ``rollout_fields`` (see each base).
+Every default keeps exactly the behaviour of a component that lacked the member before the
+contract: ``prepare`` and ``score_rollouts`` return ``{}`` (nothing added to the batch), ``sampler``
+returns ``None`` (TRL's sampler), ``adjust_rewards`` returns the rewards unchanged.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any, ClassVar
+
+from rlpost.core.registry import describe
+
+if TYPE_CHECKING:
+    import torch
+    from torch.utils.data import Sampler
+
+# what a component may list in ``requires`` (the trainer fills GroupBatch.extras / token_text with them)
+ROLLOUT_STATISTICS = frozenset({"entropies", "logps", "ref_logps", "token_text"})
+
+
+class Component:
+    """Base of every component; subclass it through its kind's base (``Advantage``, ``PolicyLoss``, ...)."""
+
+    @dataclass(frozen=True)
+    class Config:
+        """No settings (a component with settings declares its own nested ``Config``)."""
+
+    registry_name: ClassVar[str] = ""  # its name in its registry (set by Registry.register)
+    seed: ClassVar[str] = ""  # the seed paragraph it implements ("seed 000 #29"); "" = cited in the module docstring
+    # rollout statistics the trainer computes for this component (a subset of ROLLOUT_STATISTICS):
+    # a no-grad forward fills GroupBatch.extras["entropies" | "logps" | "ref_logps"], or GroupBatch.token_text
+    requires: frozenset[str] = frozenset()
+    # saved with every checkpoint and restored on resume (rlpost/runs/state.py); True exactly when state_dict is overridden
+    stateful: ClassVar[bool] = False
+
+    # the component's own nested Config (each subclass's Config is its own dataclass, so the base types the
+    # attribute as Any: build_config validated it against that dataclass before the component was made)
+    cfg: Any
+
+    def __init__(self, cfg: Any) -> None:  # cfg: the subclass's own Config
+        self.cfg = cfg
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        overrides = cls.state_dict is not Component.state_dict
+        if overrides != cls.stateful:
+            raise TypeError(
+                f"{cls.__name__}: set `stateful = True` exactly when the class overrides state_dict/load_state_dict "
+                f"(stateful={cls.stateful}, overrides state_dict={overrides})"
+            )
+
+    def check_run(self, run: Any) -> None:
+        """Cross-group checks against the built run (reward terms it names, a reference model it needs, G);
+        raise ``ConfigError``. Called by ``build.check_run`` for every component before any model loads.
+        ``run`` is an ``rlpost.run.BuiltRun`` (not imported here: run.py imports the component kinds)."""
+
+    def describe(self) -> str:
+        """One line for ``rlpost show``: the formula this component computes (default: its docstring's first line)."""
+        return describe(type(self))
+
+    def sampler(
+        self,
+        dataset: Any,
+        *,
+        generation_batch_prompts: int,
+        num_generations: int,
+        seed: int,
+        repeat_count: int = 1,
+        shuffle: bool = True,
+    ) -> Sampler[int] | None:
+        """A sampler replacing TRL's RepeatSampler (each prompt index G times in a row, each generation
+        batch ``repeat_count`` times), or None to keep TRL's. The first component returning one wins."""
+        return None
+
+    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+        """Tensors ``[B, ...]`` of this process's rollouts computed with another model (OPD's teacher
+        log-probs), added to the loss batch under their keys; ``{}`` adds nothing."""
+        return {}
+
+    def state_dict(self) -> dict[str, Any]:
+        """The state to checkpoint (tensors, numbers, strings, lists); stateless components have none."""
+        return {}
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        """Restore what ``state_dict`` returned."""

@@ -1,0 +1,45 @@
+"""``conf/`` on disk: the config groups, their options and each option's one-line description.
+
+A config group is a folder of yaml files under ``conf/`` (``algorithm``, ``algorithm/loss``,
+``hydra/launcher``; ``conf/recipe`` links to ``recipes/``); an option is one of its files, chosen on
+the command line as ``<group>=<option>``. Its description is the first line of the file's header
+comment (a ``# @package`` line is skipped). The folders below ``recipes/`` (``recipes/data/``) hold
+data files, not options, and are no group.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+NOT_GROUPS = (
+    "recipe/",
+    "eval_sets",
+)  # recipes/<folder>/*.yaml are data (rubrics), not recipes; eval_sets are eval.sets values
+
+
+def config_groups() -> list[str]:
+    """Every config group (a folder of yaml files under conf/), e.g. ``algorithm/loss``."""
+    groups = (
+        os.path.relpath(root, CONF_DIR)
+        for root, _, files in os.walk(CONF_DIR, followlinks=True)
+        if root != str(CONF_DIR) and any(f.endswith(".yaml") for f in files)
+    )
+    return sorted(g for g in groups if not g.startswith(NOT_GROUPS))
+
+
+def group_options(group: str) -> list[str]:
+    """The choices of a config group (its yaml files under conf/; conf/recipe links to recipes/)."""
+    return sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+
+
+def option_description(group: str, option: str) -> str:
+    """The first line of ``conf/<group>/<option>.yaml``'s header comment ("" when it has none)."""
+    with open(CONF_DIR / group / f"{option}.yaml", encoding="utf-8") as file:
+        for line in file:
+            text = line.strip()
+            if not text or text.startswith("# @package"):
+                continue
+            return text.lstrip("#").strip() if text.startswith("#") else ""
+    return ""

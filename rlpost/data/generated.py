@@ -1,0 +1,39 @@
+"""``data.source=generated``: the tasks whose rows rlpost generates from a seed, each with the benchmark it
+must not overlap. Each generator lives in its own module and is imported on first use."""
+
+from __future__ import annotations
+
+from typing import Any
+
+
+def _ifeval_train(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.ifeval_train import ifeval_train_rows
+
+    return ifeval_train_rows(seed, size, **params)
+
+
+def _formula_tasks(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.formula_panel import formula_task_rows
+
+    return formula_task_rows(seed, size, **params)
+
+
+def _infill(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.infill import infill_rows
+
+    return infill_rows(seed, size, **params)
+
+
+def _skill_families(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.skill_families import skill_family_rows
+
+    return skill_family_rows(seed, size, **params)
+
+
+# data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
+GENERATED: dict[str, tuple[Any, str | None]] = {
+    "ifeval_train": (_ifeval_train, "ifeval"),
+    "formula_tasks": (_formula_tasks, None),
+    "infill": (_infill, None),
+    "skill_families": (_skill_families, None),
+}

@@ -1,0 +1,104 @@
+"""One held-out evaluation of a training run: the run's own eval split, then every ``eval.sets`` set.
+
+The run's split: greedy metrics (``eval/accuracy`` with a correctness criterion, ``eval/reward``,
+``eval/mean_length``, per-term means) and, with ``eval.samples = n``, sampled ones under
+``eval/sampled/`` (avg@n, pass@k, maj@k at ``train.temperature``). Each set of ``eval.sets``
+(rlpost/evaluation/sets.py) the same under ``eval/<set>/`` with its own data, reward, size and sampling.
+Scoring never moves a combine's training state (``RewardParts.held_out``), a failing reward never
+kills the evaluation (rlpost/scoring/guard.py), and ZeRO-3 shards are gathered for ``generate``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from rlpost.envs.base import held_out_episodes
+from rlpost.evaluation.evaluate import evaluate, evaluate_sampled
+from rlpost.launch.deepspeed import gathered_parameters
+from rlpost.run import BuiltRun, RewardParts
+from rlpost.runs.state import state_restored
+from rlpost.scoring.correctness import Correctness
+from rlpost.scoring.guard import guard_rewards
+
+
+@dataclass(frozen=True)
+class Split:
+    """One held-out split to score: the run's own or an eval set's rows with its reward, criterion and sampling."""
+
+    rows: Any
+    reward: RewardParts
+    correct: Correctness | None
+    prefix: str  # eval (the run's split) or eval/<set>
+    size: int
+    max_new_tokens: int
+    single: bool = True  # one completion per prompt (greedy, or sampled when greedy=false)
+    greedy: bool = True
+    samples: int = 0  # n sampled completions per prompt -> <prefix>/sampled/...
+    pass_k: tuple[int, ...] = (1,)
+    majority_answer: str | None = "last_number"
+    group_by: str | None = None
+    env: Any = None  # data/env: each held-out prompt is one episode (the run's split only)
+
+
+def evaluate_run(
+    run: BuiltRun, model, tokenizer, eval_set, set_rows: list[Any], items: list[dict] | None = None
+) -> dict[str, float]:
+    """Every held-out metric of ``model`` (``set_rows``: each eval set's held-out split, in ``run.eval_sets``
+    order); ``items`` receives the run split's per-prompt rows (rlpost/evaluation/evaluate.py)."""
+    ev, train = run.settings.eval, run.settings.train
+    own = Split(
+        eval_set, run.reward, run.correct, "eval", ev.size, train.max_completion_length, greedy=ev.greedy,
+        samples=ev.samples, pass_k=tuple(ev.pass_k), majority_answer=ev.majority_answer, group_by=ev.group_by,
+        env=run.env,
+    )  # fmt: skip
+    sets = [
+        Split(
+            rows,
+            spec.reward,
+            spec.correct,
+            spec.prefix,
+            spec.cfg.size,
+            spec.cfg.max_new_tokens or train.max_completion_length,
+            single=spec.cfg.greedy,
+            samples=spec.cfg.samples,
+            pass_k=tuple(spec.cfg.pass_k),
+            majority_answer=spec.cfg.majority_answer,
+        )  # fmt: skip
+        for spec, rows in zip(run.eval_sets, set_rows)
+    ]
+    result: dict[str, float] = {}
+    with gathered_parameters(run.hardware, model):
+        result.update(_score(own, run, model, tokenizer, items))
+        for split in sets:
+            result.update(_score(split, run, model, tokenizer))
+    return result
+
+
+def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | None = None) -> dict[str, float]:
+    """``split``'s single-completion and sampled metrics, its combine's training state left as it was."""
+    ev, temperature, show = run.settings.eval, run.settings.train.temperature, run.settings.logging.progress
+    reward = split.reward
+    result: dict[str, float] = {}
+    # nor a stateful environment (a factor database); episodes are played as held-out ones
+    with reward.held_out(), state_restored(split.env), held_out_episodes(split.env):
+        funcs = guard_rewards(reward.funcs, reward.failure)
+        if split.single:
+            result.update(
+                evaluate(
+                    model, tokenizer, split.rows, funcs, reward.names, reward.scored,
+                    max_new_tokens=split.max_new_tokens, correct=split.correct, batch_size=ev.batch_size,
+                    greedy=split.greedy, temperature=temperature, size=split.size, group_by=split.group_by,
+                    show_progress=show, env=split.env, items=items, prefix=split.prefix,
+                )
+            )  # fmt: skip
+        if split.samples:
+            result.update(
+                evaluate_sampled(
+                    model, tokenizer, split.rows, funcs, reward.scored, n=split.samples, ks=list(split.pass_k),
+                    max_new_tokens=split.max_new_tokens, correct=split.correct, temperature=temperature,
+                    batch_size=ev.batch_size, size=split.size, prefix=f"{split.prefix}/sampled",
+                    show_progress=show, majority_answer=split.majority_answer,
+                )
+            )  # fmt: skip
+    return result
