@@ -56,7 +56,7 @@ def supervised_run(seed: int, lr: float, steps: int, per_step: int) -> list[tupl
     from rlpost.build import build_run
     from rlpost.data.sources import load_datasets
     from rlpost.models.loading import load_model, load_tokenizer
-    from rlpost.models.sim_alignment import Example, batch_tensors, encode
+    from rlpost.tools.sim_alignment import Example, batch_tensors, encode
 
     torch.manual_seed(seed)
     run = build_run(compose(["recipe=default", f"seed={seed}", "logging.progress=false"]))

@@ -32,11 +32,12 @@ from rlpost.grad.base import GRAD_TRANSFORMS
 from rlpost.launch.checks import check_hardware
 from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
-from rlpost.losses.kl import KLConfig, KLPenalty
+from rlpost.losses.kl import KLConfig
 from rlpost.models.critic import CriticConfig, check_critic
 from rlpost.models.loading import ModelConfig, check_weights_available
 from rlpost.models.lora_ensemble import EnsembleConfig, check_ensemble
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
+from rlpost.regularizers.kl import KLPenalty
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
@@ -145,11 +146,11 @@ def build_run(cfg: Any) -> BuiltRun:
     settings = build_config(RunSettings, raw, "")
     hardware = build_config(HardwareConfig, groups["hardware"], "hardware")
     data = build_config(DataConfig, groups["data"], "data")
-    build_transform(data.transform)  # data.transform: built here so a bad one fails before any model loads
     run = BuiltRun(
         settings=settings,
         model=build_config(ModelConfig, groups["model"], "model"),
         data=data,
+        data_transform=build_transform(data.transform),  # data.transform: a bad one fails before any model loads
         reward=build_reward(groups["reward"]),
         algorithm=build_algorithm(groups["algorithm"]),
         hardware=hardware,

@@ -110,6 +110,7 @@ class BuiltRun:
     algorithm: AlgorithmParts
     hardware: HardwareConfig
     plan: BatchPlan
+    data_transform: Any = None  # data.transform: a built rlpost.transforms.base.Transform, (rows, split) -> rows
     env: Any = None  # data/env: an rlpost.envs.base.Environment (one per episode is made from it); None: no episodes
     correct: Correctness | None = None  # eval/accuracy's criterion (rlpost/scoring/correctness.py); None: no accuracy
     eval_sets: list[Any] = field(default_factory=list)  # eval.sets: rlpost.evaluation.sets.EvalSet, in order

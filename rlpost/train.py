@@ -44,7 +44,7 @@ def train(
     any model loads."""
     if run is None:
         run = build_run(cfg)
-    train_set, eval_set = load_datasets(run.data)  # data errors too, before anything is written
+    train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
     _check_eval_columns(run, eval_set)
     held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)
@@ -145,7 +145,7 @@ class HeldOut:
 
 def _set_rows(spec) -> Any:
     """An eval set's held-out split (rlpost/evaluation/sets.py), loaded before any model."""
-    return load_datasets(spec.data)[1]
+    return load_datasets(spec.data, spec.transform)[1]
 
 
 def _check_eval_columns(run: BuiltRun, eval_set) -> None:

@@ -3,7 +3,7 @@
 import time
 import zlib
 
-from rlpost.rewards.base import completion_text
+from rlpost.core.chat import completion_text
 
 
 def _hash(c) -> int:

@@ -2,7 +2,7 @@
 
 import zlib
 
-from rlpost.rewards.base import completion_text
+from rlpost.core.chat import completion_text
 
 
 def text_hash_reward(prompts, completions, **kwargs):

@@ -10,9 +10,9 @@ import pytest
 import torch
 from trl import GRPOTrainer
 
+from rlpost.core.chat import completion_text
 from rlpost.data.sources import load_datasets
 from rlpost.models.loading import load_model, load_tokenizer
-from rlpost.rewards.base import completion_text
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import grpo_args, make_run, step_logs

@@ -5,7 +5,7 @@ import zlib
 import torch
 from transformers import TrainerCallback
 
-from rlpost.rewards.base import completion_text
+from rlpost.core.chat import completion_text
 
 
 def _hash(c) -> float:

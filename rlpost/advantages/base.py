@@ -12,6 +12,7 @@ from typing import Any
 import torch
 
 from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry
 
 
@@ -75,3 +76,16 @@ class Advantage(Component):
 
 
 ADVANTAGES: Registry[Advantage] = Registry("advantage", Advantage)
+
+
+def term_index(names: list[str], name: str, where: str) -> int:
+    """Position of reward term ``name`` in ``names`` [R]; ConfigError naming ``where`` otherwise."""
+    if name not in names:
+        raise ConfigError(f"{where}={name!r} is not a reward term of this run. Reward terms: {', '.join(names)}.")
+    return names.index(name)
+
+
+def nan_weighted_sum(terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
+    """terms [N, R], weights [R] -> [N]: sum_j w_j R[:, j] over non-NaN terms; NaN where all are NaN."""
+    total = (terms * weights.to(terms.device, terms.dtype).unsqueeze(0)).nansum(dim=1)
+    return total.masked_fill(torch.isnan(terms).all(dim=1), float("nan"))

@@ -34,6 +34,8 @@ import torch
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, advantage_metrics
 from rlpost.core.schema import Range
 
+Scale = Literal["group", "batch", "none"]  # divide by the group std, the batch std, or not at all
+
 
 def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     """Unbiased std ignoring NaNs (TRL's ``nanstd``): NaN where fewer than 2 values are not NaN."""
@@ -46,13 +48,51 @@ def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
     return torch.sqrt(var).squeeze(dim)
 
 
+def group_relative(
+    rewards: torch.Tensor, g: int, scale: Scale = "group", leave_one_out: bool = False, eps: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """rewards [N] (NaN = unscorable), G -> (advantages [N], NaN where undefined; group std [N/G]).
+
+    The formula of the module docstring before TRL's last step (NaN -> 0), which callers choose."""
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if g < 1 or rewards.numel() % g:
+        raise ValueError(f"group_norm: {rewards.numel()} rewards do not split into groups of {g}")
+    grouped = rewards.view(-1, g)  # [N/G, G]
+    if leave_one_out:
+        valid = ~torch.isnan(grouped)
+        n = valid.sum(1, keepdim=True).to(rewards.dtype)
+        total = torch.nansum(grouped, dim=1, keepdim=True)
+        others = (total - grouped) / (n - 1).clamp(min=1.0)  # [N/G, G] mean of the other valid rewards
+        baseline = torch.where(n > 1, others, torch.full_like(others, float("nan"))).reshape(-1)  # A -> 0 if n <= 1
+    else:
+        baseline = torch.nanmean(grouped, dim=1).repeat_interleave(g)
+    group_std = nanstd(grouped, dim=1) if g > 1 else rewards.new_zeros(grouped.size(0))
+    advantages = rewards - baseline
+    if scale == "group":
+        advantages = advantages / (group_std.repeat_interleave(g) + eps)
+    elif scale == "batch":
+        std = nanstd(rewards) if rewards.numel() > 1 else rewards.new_zeros(())
+        advantages = advantages / (std + eps)
+    return advantages, group_std
+
+
+def group_advantage(values: torch.Tensor, g: int, scale: Scale = "group", eps: float = 1e-4) -> torch.Tensor:
+    """values [N] (NaN = unscorable), G -> GRPO advantage [N] per group (``GroupNorm``'s numbers: an undefined
+    advantage is 0), except that unscorable rows stay NaN, so an estimator after ``combine`` (odrpo, rdpo,
+    decoupled) or a per-span advantage still sees them as unscorable."""
+    values = values.float()
+    advantages = torch.nan_to_num(group_relative(values, g, scale, eps=eps)[0], nan=0.0)
+    return advantages.masked_fill(torch.isnan(values), float("nan"))
+
+
 @ADVANTAGES.register("group_norm")
 class GroupNorm(Advantage):
     """Group-relative advantage: reward minus the group mean (or leave-one-out mean), over the std."""
 
     @dataclass(frozen=True)
     class Config:
-        scale: Literal["group", "batch", "none"] = "group"  # divide by the group std, batch std, or not at all
+        scale: Scale = "group"  # divide by the group std, batch std, or not at all
         leave_one_out: bool = False  # RLOO baseline: mean of the other G-1 rewards of the group
         eps: Annotated[float, Range(ge=0)] = 1e-4  # added to the std before dividing (TRL: 1e-4)
 
@@ -64,28 +104,9 @@ class GroupNorm(Advantage):
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         """rewards [N] (NaN = unscorable), G = batch.num_generations -> advantages [N], metrics."""
-        rewards, g = batch.rewards, batch.num_generations
-        if not rewards.is_floating_point():
-            rewards = rewards.float()
-        if g < 1 or rewards.numel() % g:
-            raise ValueError(f"group_norm: {rewards.numel()} rewards do not split into groups of {g}")
-        grouped = rewards.view(-1, g)  # [N/G, G]
-        if self.cfg.leave_one_out:
-            valid = ~torch.isnan(grouped)
-            n = valid.sum(1, keepdim=True).to(rewards.dtype)
-            total = torch.nansum(grouped, dim=1, keepdim=True)
-            others = (total - grouped) / (n - 1).clamp(min=1.0)  # [N/G, G] mean of the other valid rewards
-            baseline = torch.where(n > 1, others, torch.full_like(others, float("nan"))).reshape(-1)  # A -> 0 if n <= 1
-        else:
-            baseline = torch.nanmean(grouped, dim=1).repeat_interleave(g)
-        group_std = nanstd(grouped, dim=1) if g > 1 else rewards.new_zeros(grouped.size(0))
-        advantages = rewards - baseline
-        if self.cfg.scale == "group":
-            advantages = advantages / (group_std.repeat_interleave(g) + self.cfg.eps)
-        elif self.cfg.scale == "batch":
-            std = nanstd(rewards) if rewards.numel() > 1 else rewards.new_zeros(())
-            advantages = advantages / (std + self.cfg.eps)
-        advantages = torch.nan_to_num(advantages, nan=0.0)
+        cfg = self.cfg
+        raw, group_std = group_relative(batch.rewards, batch.num_generations, cfg.scale, cfg.leave_one_out, cfg.eps)
+        advantages = torch.nan_to_num(raw, nan=0.0)
         zero_std = torch.isnan(group_std) | torch.isclose(group_std, torch.zeros_like(group_std))
         metrics = {**advantage_metrics(advantages), "frac_reward_zero_std": float(zero_std.float().mean())}
         return advantages, metrics

@@ -29,11 +29,10 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, term_index
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.advantages.spans import compile_span, require_text, span_mask
 from rlpost.advantages.term_advantage import term_advantages
-from rlpost.combine.grouped import term_index
 from rlpost.core.schema import Range
 
 

@@ -30,11 +30,10 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
-from rlpost.advantages.group_norm import GroupNorm
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, nan_weighted_sum, term_index
+from rlpost.advantages.group_norm import GroupNorm, group_advantage
 from rlpost.advantages.spans import require_text, stage_index
 from rlpost.advantages.term_advantage import term_advantages
-from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 

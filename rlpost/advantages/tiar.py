@@ -32,9 +32,8 @@ from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, term_index
 from rlpost.advantages.group_norm import GroupNorm
-from rlpost.combine.grouped import term_index
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 

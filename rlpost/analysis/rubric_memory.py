@@ -41,7 +41,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from rlpost.rewards.rubric import Criterion, prompt_text
+from rlpost.core.chat import prompt_text
+from rlpost.rewards.rubric import Criterion
 
 MEMORY_FILE = "rubric_memory.jsonl"
 STOP = frozenset("the response that with this have from does each their there which answer".split())

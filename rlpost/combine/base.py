@@ -15,7 +15,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from rlpost.combine.grouped import nan_weighted_sum
+from rlpost.advantages.base import nan_weighted_sum
 from rlpost.core.component import Component
 from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry

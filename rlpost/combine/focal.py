@@ -36,8 +36,8 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.advantages.base import nan_weighted_sum
 from rlpost.combine.base import COMBINERS, Combine
-from rlpost.combine.grouped import nan_weighted_sum
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 

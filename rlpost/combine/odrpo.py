@@ -35,8 +35,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.advantages.base import nan_weighted_sum, term_index
+from rlpost.advantages.group_norm import group_advantage
 from rlpost.combine.base import COMBINERS, Combine
-from rlpost.combine.grouped import group_advantage, nan_weighted_sum, term_index
 from rlpost.core.schema import Range
 
 

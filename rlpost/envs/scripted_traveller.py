@@ -8,7 +8,7 @@ Sometimes (``volunteer``, 25%) it adds one more slot unasked. Its wording is dra
 Everything is a function of (the opening line, the turn number): two runs of an episode say the same words.
 
 It plays two parts: the user side of the bundled logged dialogues (rlpost/envs/booking_dialogues.py: what the
-simulator is calibrated to, rlpost/models/sim_alignment.py) and the user of held-out episodes with
+simulator is calibrated to, rlpost/tools/sim_alignment.py) and the user of held-out episodes with
 ``data.env.held_out_user=scripted`` (the "real users" a policy trained against a simulator is judged by).
 """
 

@@ -17,7 +17,7 @@ the goal slots are the row's ``goal_*`` columns (``slots``), compared after stri
 
 Sim-to-real (seed 004 #5, calibrated interactive RL): ``held_out_user: scripted`` plays held-out episodes against the
 scripted traveller (rlpost/envs/scripted_traveller.py), the stand-in for real users that also speaks the bundled
-logged dialogues the simulator can be aligned to (``rlpost align-simulator``, rlpost/models/sim_alignment.py); training
+logged dialogues the simulator can be aligned to (``rlpost align-simulator``, rlpost/tools/sim_alignment.py); training
 episodes always meet the simulator.
 """
 

@@ -26,13 +26,14 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
+from rlpost.core.chat import completion_text
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
-from rlpost.rewards.base import completion_text
 from rlpost.rewards.group import extract_answer
 from rlpost.scoring.correctness import Correctness
+from rlpost.scoring.score import score
 
 # reward terms [N, R] (NaN = unscorable), G (completions per prompt) -> rewards [N] and the combiner's metrics
 Combine = Callable[[torch.Tensor, int], tuple[torch.Tensor, dict[str, float]]]
@@ -278,19 +279,6 @@ def sample_metrics(
     out[f"{prefix}/mean_length"] = lengths.float().mean().item()
     out[f"{prefix}/num_prompts"] = scores.size(0)
     return out
-
-
-def score(rows: list[dict], completions: list[str], n: int, reward_funcs: list[Callable]) -> torch.Tensor:
-    """Score ``n`` completions per row (prompt-major order) with every reward term -> ``[P * n, R]`` (NaN = None)."""
-    conversational = isinstance(rows[0]["prompt"], list)
-    wrapped = [[{"role": "assistant", "content": c}] if conversational else c for c in completions]
-    repeated = [r for r in rows for _ in range(n)]
-    columns = {k: [r[k] for r in repeated] for k in rows[0] if k not in ("prompt", "completion")}
-    scores = torch.zeros(len(repeated), len(reward_funcs))
-    for j, func in enumerate(reward_funcs):
-        values = func(prompts=[r["prompt"] for r in repeated], completions=wrapped, completion_ids=None, **columns)
-        scores[:, j] = torch.tensor([float("nan") if v is None else float(v) for v in values])
-    return scores
 
 
 @torch.no_grad()

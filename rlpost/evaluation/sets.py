@@ -28,6 +28,7 @@ from rlpost.data.sources import DataConfig
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.run import RewardParts
 from rlpost.scoring.correctness import AUTO, Correctness, find_correctness, verifiable_terms
+from rlpost.transforms.base import build_transform
 
 SETS_DIR = CONF_DIR / "eval_sets"
 
@@ -66,6 +67,7 @@ class EvalSet:
     data: DataConfig
     reward: RewardParts
     correct: Correctness | None
+    transform: Any = None  # the set's built data.transform (rlpost/transforms/); None: rows as they are
 
     @property
     def prefix(self) -> str:
@@ -133,7 +135,8 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
     correct = find_correctness(
         verifiable_terms(reward.funcs), reward.names, cfg.correct_term, cfg.correct_threshold, where
     )
-    return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct)
+    transform = build_transform(data.transform, f"{where}.data.transform")
+    return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct, transform=transform)
 
 
 def _compose_options(data: str, reward: str | None, seed: int, where: str) -> dict[str, Any]:

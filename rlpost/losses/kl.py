@@ -14,8 +14,9 @@ KL). TRL 1.16 puts ``beta * k3`` in the loss; ``estimator`` and ``placement`` ma
 
 Placement:
 - ``loss``: ``coef * kl_estimate`` per token is added to the per-token policy loss before the
-  aggregation (TRL's ``per_token_loss + beta * per_token_kl``). ``KLPenalty`` is that term as a
-  regularizer: ``build_run`` puts it first in ``algorithm.regularizers`` (its one home in the loss).
+  aggregation (TRL's ``per_token_loss + beta * per_token_kl``). ``KLPenalty`` (rlpost/regularizers/kl.py)
+  is that term as a regularizer: ``build_run`` puts it first in ``algorithm.regularizers`` (its one home
+  in the loss).
 - ``reward``: classic RLHF (Ziegler et al. 2019): the detached sequence sum of the estimator over
   the completion tokens, times ``coef``, is subtracted from the reward before the advantages.
   ``kl_reward_penalty`` returns that (positive) penalty; the natural estimator there is k1. Its one
@@ -41,7 +42,6 @@ import torch
 from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
 from rlpost.losses.base import LossInputs
-from rlpost.regularizers.base import Regularizer
 
 Estimator = Literal["k1", "k2", "k3"]
 ESTIMATORS = ("k1", "k2", "k3")
@@ -96,17 +96,3 @@ def kl_loss_term(x: LossInputs, cfg: KLConfig) -> tuple[torch.Tensor, dict[str, 
         raise ValueError("KL in the loss (coef > 0, placement='loss') needs ref_logps, but the batch has none")
     kl = kl_estimate(x.logps, x.ref_logps, cfg.estimator)
     return cfg.coef * kl, {"kl": masked_metric_mean(kl.detach(), x.mask)}
-
-
-class KLPenalty(Regularizer):
-    """``coef * KL_est(pi || ref)`` per token in the loss (``algorithm.kl``, placement=loss); logs ``kl``."""
-
-    Config = KLConfig  # type: ignore[assignment]  # the nested Config is a shared settings dataclass, not a subclass
-    registry_name = "kl"  # its name in algorithm.regularizers (built from algorithm.kl, not registered)
-
-    def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
-        """LossInputs with ref_logps [B, T] -> per-token ``coef * kl`` [B, T], metric ``kl``."""
-        return kl_loss_term(x, self.cfg)
-
-    def describe(self) -> str:
-        return f"{self.cfg.coef:g} x KL_{self.cfg.estimator}(pi || ref)"

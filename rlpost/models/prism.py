@@ -80,7 +80,7 @@ def top_p_filter(scores: torch.Tensor, top_p: float) -> torch.Tensor:
 
 def check_compose(c: ComposeSettings, adapter: str | None, checkpoint: str, model: Any) -> list[Path]:
     """Cheap checks (no model loads) -> the adapter folders: the positives, then the negative if any."""
-    from rlpost.tools.checkpoints import is_adapter, resolve_checkpoint
+    from rlpost.models.weights import is_adapter, resolve_checkpoint
 
     if not c.positives:
         if c.negative is not None or c.weights is not None:
@@ -113,7 +113,7 @@ def check_compose(c: ComposeSettings, adapter: str | None, checkpoint: str, mode
 
 def check_adapter_base(path: Path, key: str, model: Any) -> None:
     """A LoRA run directory records its base model: refuse one trained on another base than ``model``."""
-    from rlpost.tools.checkpoints import is_run_dir, run_config
+    from rlpost.models.weights import is_run_dir, run_config
 
     if model is None or not is_run_dir(path):
         return

@@ -22,9 +22,9 @@ from typing import Any
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.jsonl import json_objects
-from rlpost.rewards.base import completion_text
 
 FIELDS = ("prompt", "chosen", "rejected")
 RM_META = "rlpost_reward_model.json"  # train-rm writes it into the model folder; the reward term reads it

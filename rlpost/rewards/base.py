@@ -8,16 +8,23 @@ so an existing TRL reward function plugs in unchanged (``reward.terms=[{name: ca
 params: {path: my_pkg.my_reward}}]``, rewards/callable.py). A registered rlpost reward is a
 ``Reward`` subclass with a nested ``Config``; an instance is such a callable. ``None`` means "not
 applicable to this sample".
+
+A ``reward.terms[i]`` node is a ``RewardTerm``; ``parse_term`` validates one and ``build_term`` builds its
+reward (rlpost/scoring/terms.py turns the whole list into TRL reward functions).
 """
 
 from __future__ import annotations
 
 import re
-from typing import Any, ClassVar
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Annotated, Any, ClassVar
 
+from rlpost.core.chat import answer_text
 from rlpost.core.component import Component
+from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry
-from rlpost.core.schema import FieldError
+from rlpost.core.schema import FieldError, Range, build_config, check_paths, to_container
 
 
 class Reward(Component):
@@ -74,13 +81,6 @@ class Reward(Component):
 REWARDS: Registry[Reward] = Registry("reward", Reward)
 
 
-def completion_text(completion: Any) -> str:
-    """The assistant text of a completion, conversational (list of messages) or plain string."""
-    if isinstance(completion, list):
-        return "".join(m.get("content", "") for m in completion if m.get("role", "assistant") == "assistant")
-    return str(completion)
-
-
 class ParamError(FieldError):
     """A bad reward param found while building the reward (e.g. an unimportable ``path``).
 
@@ -88,26 +88,6 @@ class ParamError(FieldError):
     (``build_config``) rewrites it to name the full key, ``reward.terms[i].params.<key>``, which the
     reward itself does not know.
     """
-
-
-def answer_text(completion: Any, strip: bool) -> str:
-    """The text a reward scores: the completion's assistant text, after ``</think>`` when ``strip``."""
-    text = completion_text(completion)
-    return strip_think(text) if strip else text
-
-
-def strip_think(text: str) -> str:
-    """Drop a ``<think>...</think>`` reasoning trace, keeping what follows the last ``</think>``.
-
-    Text after the last ``</think>`` is the answer, so this also works when the chat template put
-    the opening ``<think>`` in the prompt. An unclosed ``<think>`` (generation cut off mid-trace)
-    leaves only the text before it: a truncated trace has no answer.
-    """
-    if "</think>" in text:
-        return text.rsplit("</think>", 1)[1]
-    if "<think>" in text:
-        return text.split("<think>", 1)[0]
-    return text
 
 
 def tag_content(text: str, tag: str) -> str | None:
@@ -143,3 +123,42 @@ def answers_and_references(reward: Reward, completions: list, kwargs: dict) -> l
         text = answer_text(completion, reward.cfg.strip_think)
         out.append((text.strip(), [str(r) for r in ref] if isinstance(ref, (list, tuple)) else [str(ref)]))
     return out
+
+
+@dataclass(frozen=True)
+class RewardTerm:
+    """One ``reward.terms[i]`` node."""
+
+    name: str  # registry name of the reward
+    weight: Annotated[float, Range()] = 1.0  # its weight in the combination
+    params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
+    on_failure: str | None = None  # skip | zero | abort on an exception/timeout (null: reward.on_failure)
+    # per batch call (null: reward.timeout_s); see reward_guard.py
+    timeout_s: Annotated[float | None, Range(gt=0)] = None
+
+
+def parse_term(node: Any, where: str) -> RewardTerm:
+    node = to_container(node)
+    if not isinstance(node, Mapping) or "name" not in node:
+        raise ConfigError(
+            f"{where} must be a mapping like {{name: math_answer, weight: 1.0, params: {{}}}}; "
+            f"reward names: {', '.join(REWARDS.names())}."
+        )
+    node = dict(node)
+    if node.get("params") is None:  # `params:` left empty in YAML
+        node.pop("params", None)
+    return build_config(RewardTerm, node, where)
+
+
+def build_term(term: RewardTerm, where: str) -> Reward:
+    """Look up ``term.name`` and instantiate it from its validated params."""
+    try:
+        cls = REWARDS.get(term.name)
+    except ConfigError as err:
+        raise ConfigError(f"{where}.name: {err}") from None
+    cfg = build_config(cls.Config, term.params, f"{where}.params")
+    check_paths(cfg, f"{where}.params")  # files and folders it names, before the reward reads them
+    try:
+        return cls(cfg)
+    except ParamError as err:
+        raise ConfigError(f"{where}.params.{err.key}: {err.message}") from None

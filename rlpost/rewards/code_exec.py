@@ -31,8 +31,9 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 from rlpost.rewards.sandbox import STATUSES, Outcome, execute
 
 _FENCE = re.compile(r"```[ \t]*(python3?|py)?[ \t]*\n(.*?)(?:```|\Z)", re.DOTALL | re.IGNORECASE)

@@ -43,8 +43,9 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.chat import answer_text, completion_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column, completion_text
+from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
 
 

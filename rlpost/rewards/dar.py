@@ -28,8 +28,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.math_answer import gold_number, last_number
 

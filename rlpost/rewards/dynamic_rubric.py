@@ -36,13 +36,13 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.chat import answer_text, prompt_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.models.loading import check_weights_available
-from rlpost.rewards.base import REWARDS, ParamError, answer_text
+from rlpost.rewards.base import REWARDS, ParamError, build_term, parse_term
 from rlpost.rewards.group import GroupReward
-from rlpost.rewards.rubric import prompt_text
 from rlpost.rewards.rubric_coevolution import (
     CoEvolveConfig,
     WriterLearner,
@@ -51,7 +51,6 @@ from rlpost.rewards.rubric_coevolution import (
     writer_rewards,
 )
 from rlpost.rewards.rubric_writer import build_writer
-from rlpost.scoring.terms import build_term, parse_term
 
 logger = logging.getLogger(__name__)
 

@@ -14,7 +14,8 @@ import re
 from dataclasses import dataclass
 from typing import Any
 
-from rlpost.rewards.base import REWARDS, Reward, answer_text, column
+from rlpost.core.chat import answer_text
+from rlpost.rewards.base import REWARDS, Reward, column
 
 
 @REWARDS.register("exact_match")

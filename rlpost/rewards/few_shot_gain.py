@@ -35,9 +35,10 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.schema import Range
 from rlpost.models.loading import ModelConfig
-from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 
 
 def gain(with_demos: torch.Tensor, without: torch.Tensor, reduce: str) -> float:

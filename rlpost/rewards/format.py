@@ -25,7 +25,8 @@ import re
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from rlpost.rewards.base import REWARDS, Reward, completion_text, tag_content
+from rlpost.core.chat import completion_text
+from rlpost.rewards.base import REWARDS, Reward, tag_content
 
 
 @REWARDS.register("format")

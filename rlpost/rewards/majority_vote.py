@@ -28,8 +28,9 @@ from collections import Counter
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import ANSWER_CHOICES, GroupReward, extract_answer
 from rlpost.rewards.math_answer import gold_number
 

@@ -32,8 +32,9 @@ import threading
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import completion_text, strip_think
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, Reward, column, completion_text, strip_think
+from rlpost.rewards.base import REWARDS, Reward, column
 
 logger = logging.getLogger(__name__)
 

@@ -37,8 +37,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, Reward, column
 
 DEFAULT_TABLE = {
     "positive": {"up": 1.0, "flat": -0.5, "down": -2.0},

@@ -39,8 +39,9 @@ from typing import Annotated, Any
 import torch
 import torch.distributed as dist
 
+from rlpost.core.chat import completion_text
 from rlpost.core.schema import PathSpec, Range
-from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 
 FEATURES = ("length", "unique_ratio", "mean_word_len", "punct_rate", "digit_rate", "newline_rate", "ends_sentence")
 

@@ -22,10 +22,10 @@ from __future__ import annotations
 
 from typing import Any
 
+from rlpost.core.chat import answer_text, prompt_text
 from rlpost.core.errors import ConfigError
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import ParamError, answer_text
-from rlpost.rewards.rubric import prompt_text
+from rlpost.rewards.base import ParamError
 
 PAIR_TEMPLATE = (
     "You are comparing two responses to the same task.\n\nTask: {question}\n\n"

@@ -49,10 +49,11 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import answer_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 from rlpost.rewards.qe_model import QEModel
 
 ESTIMATORS = ("judge", "heuristic", "length", "no_copy", "model")

@@ -27,8 +27,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 from rlpost.rewards.math_answer import NUMBER, gold_number
 
 

@@ -48,10 +48,11 @@ from typing import Annotated, Any, Literal
 
 import yaml
 
+from rlpost.core.chat import completion_text, prompt_text, strip_think
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
-from rlpost.rewards.base import REWARDS, ParamError, Reward, column, completion_text, strip_think, tag_content
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column, tag_content
 
 DEFAULT_TEMPLATE = (
     "You are grading a response to a task against one criterion.\n\n"
@@ -114,14 +115,6 @@ def _criterion(item: Any, where: str) -> Criterion:
         raise ValueError(f"{where}: weight must be >= 0, got {weight}")
     bands = tuple((k, str(item[k])) for k in BAND_KEYS if k in item)
     return Criterion(name=str(item.get("name") or text[:40]), text=str(text), weight=weight, bands=bands)
-
-
-def prompt_text(prompt: Any) -> str:
-    """The last user message of a conversational prompt, or the prompt string."""
-    if isinstance(prompt, list):
-        users = [m.get("content", "") for m in prompt if m.get("role") == "user"]
-        return users[-1] if users else ""
-    return str(prompt)
 
 
 @REWARDS.register("rubric")

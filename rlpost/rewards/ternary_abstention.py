@@ -19,8 +19,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
-from rlpost.rewards.base import REWARDS, ParamError, Reward, answer_text, column
+from rlpost.rewards.base import REWARDS, ParamError, Reward, column
 from rlpost.rewards.math_answer import gold_number, last_number
 
 ABSTAIN = [

@@ -33,9 +33,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Annotated, Any
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
-from rlpost.rewards.base import completion_text
 from rlpost.rollouts.base import RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 
 KIND = "conditioned"

@@ -43,10 +43,10 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.envs.frozen_worker import task_text
-from rlpost.rewards.base import completion_text
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy
 from rlpost.rollouts.conditioned import revise_prompt

@@ -33,9 +33,9 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
-from rlpost.rewards.base import completion_text
 from rlpost.rewards.ternary_abstention import ABSTAIN
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, completion_like
 

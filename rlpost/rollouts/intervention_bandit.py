@@ -48,10 +48,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
-from rlpost.evaluation.evaluate import score
-from rlpost.rewards.base import completion_text
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import (
     NATURAL,
@@ -67,6 +66,7 @@ from rlpost.rollouts.feedback_refine import INSTRUCTION as CRITIQUE_ASK
 from rlpost.rollouts.feedback_refine import NOTE as CRITIQUE
 from rlpost.rollouts.interventions import intervened_prompt, write_notes
 from rlpost.rollouts.linucb import DIM, LinUCB, context
+from rlpost.scoring.score import score
 
 ARMS = ("none", "hint", "critique", "draft", "extra")
 PREFIX = "intervention_"  # the kind of an intervened row: intervention_<arm>

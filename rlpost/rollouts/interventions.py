@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from rlpost.rewards.base import completion_text
+from rlpost.core.chat import completion_text
 from rlpost.rollouts.base import RolloutContext, Rollouts, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt
 from rlpost.rollouts.feedback_refine import first_paragraph

@@ -37,10 +37,11 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config
 from rlpost.losses.base import LossInputs
-from rlpost.rewards.base import ParamError, completion_text
+from rlpost.rewards.base import ParamError
 from rlpost.rewards.rubric import Rubric
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import KIND, ConditionedConfig, ConditionedRollout, Request, revise_prompt

@@ -55,9 +55,9 @@ from typing import Annotated, Any, Literal
 
 import torch
 
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
-from rlpost.rewards.base import completion_text
 from rlpost.rollouts.base import NATURAL, ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 from rlpost.rollouts.conditioned import revise_prompt
 

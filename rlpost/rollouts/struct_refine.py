@@ -32,10 +32,10 @@ from typing import Any, Literal
 
 import torch
 
-from rlpost.evaluation.evaluate import score
-from rlpost.rewards.base import completion_text
+from rlpost.core.chat import completion_text
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts
 from rlpost.rollouts.conditioned import ConditionedConfig, ConditionedRollout, Request, revise_prompt
+from rlpost.scoring.score import score
 
 REVISE = (
     "Revise your response above.{stages} Fix what is wrong or weak in each part and keep what is right. "

@@ -13,26 +13,13 @@ The weights are not given to TRL (``reward_weights`` stays unset); rlpost's ``co
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass, field
-from typing import Annotated, Any
+from typing import Any
 
 import torch
 
 from rlpost.core.errors import ConfigError
-from rlpost.core.schema import Range, build_config, check_paths, to_container
-from rlpost.rewards.base import REWARDS, ParamError, Reward
-
-
-@dataclass(frozen=True)
-class RewardTerm:
-    """One ``reward.terms[i]`` node."""
-
-    name: str  # registry name of the reward
-    weight: Annotated[float, Range()] = 1.0  # its weight in the combination
-    params: dict[str, Any] = field(default_factory=dict)  # the reward's own Config fields
-    on_failure: str | None = None  # skip | zero | abort on an exception/timeout (null: reward.on_failure)
-    # per batch call (null: reward.timeout_s); see reward_guard.py
-    timeout_s: Annotated[float | None, Range(gt=0)] = None
+from rlpost.core.schema import to_container
+from rlpost.rewards.base import Reward, build_term, parse_term
 
 
 def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Reward], list[str], torch.Tensor]:
@@ -52,33 +39,6 @@ def build_reward_terms(nodes: list[Mapping[str, Any]]) -> tuple[list[Reward], li
         names.append(func.__name__)
         weights.append(term.weight)
     return funcs, names, torch.tensor(weights, dtype=torch.float32)
-
-
-def parse_term(node: Any, where: str) -> RewardTerm:
-    node = to_container(node)
-    if not isinstance(node, Mapping) or "name" not in node:
-        raise ConfigError(
-            f"{where} must be a mapping like {{name: math_answer, weight: 1.0, params: {{}}}}; "
-            f"reward names: {', '.join(REWARDS.names())}."
-        )
-    node = dict(node)
-    if node.get("params") is None:  # `params:` left empty in YAML
-        node.pop("params", None)
-    return build_config(RewardTerm, node, where)
-
-
-def build_term(term: RewardTerm, where: str) -> Reward:
-    """Look up ``term.name`` and instantiate it from its validated params."""
-    try:
-        cls = REWARDS.get(term.name)
-    except ConfigError as err:
-        raise ConfigError(f"{where}.name: {err}") from None
-    cfg = build_config(cls.Config, term.params, f"{where}.params")
-    check_paths(cfg, f"{where}.params")  # files and folders it names, before the reward reads them
-    try:
-        return cls(cfg)
-    except ParamError as err:
-        raise ConfigError(f"{where}.params.{err.key}: {err.message}") from None
 
 
 def unique_name(name: str, taken: list[str]) -> str:

@@ -1,5 +1,5 @@
 """``rlpost align-simulator``: fit the simulated user to logged dialogues and report the sim-to-real gap before and
-after (calibrated interactive RL, seed 004 #5; the method: rlpost/models/sim_alignment.py).
+after (calibrated interactive RL, seed 004 #5; the method: rlpost/tools/sim_alignment.py).
 
     rlpost align-simulator out=runs/simulator                    # SmolLM2 on the bundled booking dialogues
     rlpost train recipe=calibrated_irl data.env.user_overrides.path=runs/simulator/model
@@ -62,7 +62,7 @@ def read_dialogues(path: str, key: str) -> list[dict]:
 def side_examples(s: AlignSettings, logged: list[dict]) -> list:
     """The examples of ``s.side``: the user turns in the simulator's context, or the assistant turns in the policy's."""
     from rlpost.envs.simulated_user import SYSTEM
-    from rlpost.models.sim_alignment import examples, policy_examples
+    from rlpost.tools.sim_alignment import examples, policy_examples
 
     if s.side == "user":
         return [e for d in logged for e in examples(d, s.user_prompt)]
@@ -92,8 +92,8 @@ def run(s: AlignSettings, output_dir: str, overrides: list[str]) -> int:
 
     from rlpost.models.loading import load_model, load_tokenizer
     from rlpost.models.options import named_model_config
-    from rlpost.models.sim_alignment import MATCH, align, gap
     from rlpost.runs.rundir import write_atomic
+    from rlpost.tools.sim_alignment import MATCH, align, gap
 
     config = named_model_config(s.user_model, s.user_overrides, "user_model", "user_overrides")
     model, tokenizer = load_model(config), load_tokenizer(config)

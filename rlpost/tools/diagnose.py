@@ -155,7 +155,8 @@ def value_gradient_metrics(model, tokenizer, dataset, reward, s: DiagnoseSetting
         split_half_stats,
     )
     from rlpost.envs.runner import ChatRenderer
-    from rlpost.evaluation.evaluate import _generate_ids, score
+    from rlpost.evaluation.evaluate import _generate_ids
+    from rlpost.scoring.score import score
 
     rows = [dataset[i] for i in range(min(s.gradient_prompts, len(dataset)))]
     rows = rows[: len(rows) // 2 * 2]

@@ -33,8 +33,8 @@ from rlpost.app import launch, tool
 from rlpost.core.errors import ConfigError
 from rlpost.models.loading import LoraSettings, ModelConfig
 from rlpost.models.prism import check_adapter_base
+from rlpost.models.weights import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
 from rlpost.tools import merge_math
-from rlpost.tools.checkpoints import check_same_layout, is_adapter, is_run_dir, resolve_checkpoint, run_config
 
 AUX_FILES = (
     "config.json",
@@ -207,7 +207,7 @@ def _merge_tensors(s: MergeSettings, p: Plan, tmp: Path) -> None:
     import torch
     from safetensors import safe_open
 
-    from rlpost.tools.checkpoints import weight_files
+    from rlpost.models.weights import weight_files
 
     ref_folder = p.base[1] if p.base else p.inputs[0][1]
     handles: dict[Path, dict[str, Any]] = {}

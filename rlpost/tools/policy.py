@@ -44,7 +44,8 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
     from rlpost.data.sources import load_datasets
     from rlpost.models.bundled import smollm2_gguf
     from rlpost.models.loading import _check_hf_path
-    from rlpost.tools.checkpoints import is_adapter, resolve_checkpoint
+    from rlpost.models.weights import is_adapter, resolve_checkpoint
+    from rlpost.transforms.base import build_transform
 
     reward = build_reward(s.reward)
     if s.model.source == "hf" and s.model.path:
@@ -60,7 +61,7 @@ def check_policy(s: PolicySettings, size: int | None, size_key: str):
             raise ConfigError(f"{key}={value} must be at least 1.")
     if s.temperature <= 0:
         raise ConfigError(f"temperature={s.temperature} must be > 0 (greedy decoding is greedy=true).")
-    train, evals = load_datasets(s.data)
+    train, evals = load_datasets(s.data, build_transform(s.data.transform, "data.transform"))
     dataset = evals if s.split == "eval" else train
     if size is not None and len(dataset) < size:
         where = "data.eval_size" if s.split == "eval" else "data.train_size"
@@ -100,7 +101,7 @@ def load_policy(s: PolicySettings):
     if s.adapter is not None:
         from peft import PeftModel
 
-        from rlpost.tools.checkpoints import resolve_checkpoint
+        from rlpost.models.weights import resolve_checkpoint
 
         model = PeftModel.from_pretrained(model, str(resolve_checkpoint(s.adapter, "adapter", s.checkpoint)))
         model = model.merge_and_unload()

@@ -67,7 +67,7 @@ def run_final_step(run_dir: Path) -> int | None:
 def models_to_probe(s: ProbeSettings) -> list[tuple[str, int, ModelConfig]]:
     """``(label, step, model config)`` in step order; checks every folder before any model loads."""
     from rlpost.core.schema import build_config
-    from rlpost.tools.checkpoints import is_adapter, is_run_dir, resolve_checkpoint, run_config
+    from rlpost.models.weights import is_adapter, is_run_dir, resolve_checkpoint, run_config
 
     if s.run is None:
         return [(s.model.display_name, 0, s.model)]

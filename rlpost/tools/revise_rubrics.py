@@ -46,7 +46,7 @@ def run_rubric(s: ReviseSettings, run_dir: Path, memory: list[dict]) -> Path:
     if revisions:
         return Path(revisions[-1])
     from rlpost.core.schema import resolve_data_path
-    from rlpost.tools.checkpoints import run_config
+    from rlpost.models.weights import run_config
 
     terms = (run_config(run_dir).get("reward") or {}).get("terms") or []
     files = [
@@ -68,9 +68,9 @@ def memory_path(s: ReviseSettings, run_dir: Path) -> Path:
 
 def check(s: ReviseSettings, overrides: list[str]) -> ReviseSettings:
     from rlpost.analysis.rubric_memory import read_jsonl
+    from rlpost.models.weights import is_run_dir
     from rlpost.rewards.rubric import parse_rubric
     from rlpost.rewards.rubric_writer import build_writer
-    from rlpost.tools.checkpoints import is_run_dir
 
     if not s.run:
         raise ConfigError("run is required: rlpost revise-rubrics run=<run directory>.")

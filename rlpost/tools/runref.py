@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.core.errors import ConfigError
-from rlpost.tools.checkpoints import is_adapter, is_run_dir, resolve_checkpoint, run_config
+from rlpost.models.weights import is_adapter, is_run_dir, resolve_checkpoint, run_config
 
 GROUPS = ("data", "reward")
 CRITERION = ("correct_term", "correct_threshold")  # eval.<key> of the run -> <key> of eval and diagnose

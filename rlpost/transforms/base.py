@@ -33,8 +33,8 @@ TRANSFORMS: Registry[Transform] = Registry("data transform", Transform)
 def build_transform(node: Mapping[str, Any] | None, where: str = "data.transform") -> Transform:
     """``{name: <registered transform>, ...its Config}`` -> the transform (ConfigError naming ``where``).
 
-    The caller has imported ``rlpost.components`` (which registers every transform): build.py and
-    data.py do; importing it here would tie this module into a cycle with the transforms."""
+    The caller has imported ``rlpost.components`` (which registers every transform), as build.py and the
+    tools do; importing it here would tie this module into a cycle with the transforms."""
     node = dict(to_container(node) or {"name": "none"})
     try:
         cls = TRANSFORMS.get(node.pop("name", "none"))

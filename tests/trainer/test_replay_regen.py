@@ -17,10 +17,10 @@ import torch
 from rlpost.algorithms.regen import RegenTrainer, truncated_is_weights
 from rlpost.app import compose
 from rlpost.build import build_run
+from rlpost.core.chat import completion_text
 from rlpost.core.errors import ConfigError
 from rlpost.data.sources import load_datasets
 from rlpost.models.loading import load_model, load_tokenizer
-from rlpost.rewards.base import completion_text
 from rlpost.runs.replay import COLUMNS, ReplayWriter, as_text, read_meta, tokenizer_fingerprint
 from rlpost.train import train
 

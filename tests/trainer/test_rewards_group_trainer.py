@@ -10,8 +10,8 @@ import pytest
 import torch
 from paths import SUPPORT
 
+from rlpost.core.chat import completion_text
 from rlpost.models.loading import load_model
-from rlpost.rewards.base import completion_text
 
 
 def test_two_steps_majority_vote_and_core(tmp_path):

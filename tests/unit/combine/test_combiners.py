@@ -11,8 +11,8 @@ import math
 import pytest
 import torch
 
+from rlpost.advantages.group_norm import group_advantage
 from rlpost.combine.decoupled import Decoupled
-from rlpost.combine.grouped import group_advantage
 from rlpost.combine.odrpo import ODRPO
 from rlpost.combine.rdpo import RDPO, quantiles
 from rlpost.core.errors import ConfigError

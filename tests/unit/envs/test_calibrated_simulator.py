@@ -16,7 +16,7 @@ from rlpost.envs.base import build_env, held_out_episodes
 from rlpost.envs.booking_data import DATA, build
 from rlpost.envs.booking_dialogues import dialogues
 from rlpost.envs.scripted_traveller import PHRASES, asked_slots, traveller_reply
-from rlpost.models.sim_alignment import batch_tensors, examples, revealed, target_nll
+from rlpost.tools.sim_alignment import batch_tensors, examples, revealed, target_nll
 
 GOAL = {"city": "Lowmere", "day": "Wednesday", "class": "first"}
 ROW = {"prompt": [{"role": "user", "content": "Hi, I need a train ticket."}], "goal_city": "Lowmere",

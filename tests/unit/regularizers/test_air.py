@@ -12,6 +12,7 @@ from paths import REPO
 from rlpost.advantages.base import GroupBatch
 from rlpost.app import compose
 from rlpost.build import build_run
+from rlpost.core.chat import completion_text
 from rlpost.core.schema import build_config
 from rlpost.data.sources import load_datasets
 from rlpost.losses.base import LossInputs
@@ -19,7 +20,7 @@ from rlpost.models.loading import load_model, load_tokenizer, peft_config
 from rlpost.regularizers.air import AIR, KEYS
 from rlpost.regularizers.air_sampler import IntentBatchSampler
 from rlpost.regularizers.base import REGULARIZERS
-from rlpost.rewards.base import REWARDS, completion_text
+from rlpost.rewards.base import REWARDS
 from rlpost.trainer import RLPostTrainer
 
 from trainer_utils import grpo_args, make_run, step_logs

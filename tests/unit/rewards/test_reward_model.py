@@ -22,8 +22,8 @@ from rlpost import cli
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
+from rlpost.dev.make_preferences import perturb
 from rlpost.models.loading import ModelConfig, load_tokenizer, tiny_random_folder
-from rlpost.reward_model.make_preferences import perturb
 from rlpost.reward_model.pairs import RM_META, bradley_terry_loss, encode, read_pairs, render, score_ids
 from rlpost.reward_model.train import load_classifier, train_rm
 from rlpost.rewards.base import REWARDS

@@ -18,9 +18,10 @@ import rlpost.rewards.format  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
 from rlpost.combine.base import COMBINERS
+from rlpost.core.chat import strip_think
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
-from rlpost.rewards.base import REWARDS, strip_think
+from rlpost.rewards.base import REWARDS
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.scoring.terms import build_reward_terms
 

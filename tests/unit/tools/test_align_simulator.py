@@ -14,7 +14,8 @@ from rlpost import cli
 from rlpost.envs.base import row_messages
 from rlpost.envs.simulated_user import SYSTEM, SimulatedUser, SimulatedUserConfig
 from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
-from rlpost.models.sim_alignment import (
+from rlpost.tools.align_simulator import USER, read_dialogues
+from rlpost.tools.sim_alignment import (
     align,
     batch_tensors,
     booking,
@@ -25,7 +26,6 @@ from rlpost.models.sim_alignment import (
     same_act,
     target_nll,
 )
-from rlpost.tools.align_simulator import USER, read_dialogues
 
 TINY = ["user_model=tiny-random", "max_new_tokens=4", "batch_size=4"]
 

@@ -12,8 +12,9 @@ import torch
 from paths import SUPPORT
 
 from rlpost import cli
-from rlpost.evaluation.evaluate import majority_correct, pass_at_k, sample_metrics, score
+from rlpost.evaluation.evaluate import majority_correct, pass_at_k, sample_metrics
 from rlpost.scoring.correctness import Correctness
+from rlpost.scoring.score import score
 from rlpost.scoring.terms import build_reward_terms
 
 from trainer_utils import TINY, weighted_sum

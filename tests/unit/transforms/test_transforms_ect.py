@@ -56,7 +56,7 @@ def test_load_datasets_applies_it_per_split(tmp_path):
     path = tmp_path / "rows.jsonl"
     path.write_text("".join(json.dumps({"question": f"{i} + 1", "answer": str(i + 1)}) + "\n" for i in range(6)))
     cfg = DataConfig(source="jsonl", path=str(path), eval_size=2, template="{question}", transform={"name": "ect"})
-    train, evals = load_datasets(cfg)
+    train, evals = load_datasets(cfg, build_transform(cfg.transform))  # the builder builds it (rlpost/build.py)
     assert len(train) == 4 and len(evals) == 2
     assert {r["prompt"][0]["content"] for r in train} == {LOW} and set(train["fidelity"]) == {"low"}
     assert {r["prompt"][0]["content"] for r in evals} == {HIGH} and set(evals["monitor"]) == {"expert"}

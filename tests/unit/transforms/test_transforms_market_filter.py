@@ -118,7 +118,7 @@ def test_bad_config_fails_before_any_model_loads(overrides, match):
 def test_bundled_news_filters_to_a_clean_training_set():
     run = build_run(compose(["model=tiny-random", "recipe=finsmart"]))
     assert isinstance(run.data, DataConfig)
-    train, evals = load_datasets(run.data)
+    train, evals = load_datasets(run.data, run.data_transform)
     # 480 headlines: 151 ambiguous, 20 on shock days, 58 sharing an event (rlpost/dev/market_news.py, seed 0)
     assert (len(train), len(evals)) == (251, 100)
     assert set(train["outcome"]) == {"up", "flat", "down"} and len(set(evals["outcome"])) == 3

@@ -1,6 +1,6 @@
 """Generate the bundled arithmetic preference pairs (gold answer chosen, a perturbed answer rejected).
 
-    python -m rlpost.reward_model.make_preferences            # writes recipes/data/arith_preferences*.jsonl
+    python -m rlpost.dev.make_preferences            # writes recipes/data/arith_preferences*.jsonl
 
 Questions come from reasoning-gym ``basic_arithmetic`` with the task params of
 ``conf/data/basic_arithmetic.yaml`` and the same prompt template, so a reward model trained on them

@@ -1,6 +1,6 @@
 """Generate the bundled valuation data of ``train-rm objective=regression`` (KARMA, seed 004 #3).
 
-    python -m rlpost.reward_model.make_valuations     # writes recipes/data/karma_valuations*.jsonl
+    python -m rlpost.dev.make_valuations     # writes recipes/data/karma_valuations*.jsonl
 
 The data is **synthetic**: no Reddit data can be downloaded here. Each row is a forum post (the
 context), one reply, the reply's karma and three thread features. The karma follows a fixed model,
