@@ -65,13 +65,14 @@ def fail(message: str) -> int:
 
 
 # ---- compose and validate ------------------------------------------------------------------------
-def compose(overrides: list[str], config_name: str = "config"):
-    """Compose ``conf/<config_name>.yaml`` with overrides (Hydra's compose API, no run directory)."""
+def compose(overrides: list[str], config_name: str = "config", hydra_node: bool = False):
+    """Compose ``conf/<config_name>.yaml`` with overrides (Hydra's compose API, no run directory);
+    ``hydra_node`` keeps Hydra's own settings (``hydra.run.dir``, ...) in the result."""
     from hydra import compose as hydra_compose
     from hydra import initialize_config_dir
 
     with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-        return hydra_compose(config_name=config_name, overrides=overrides)
+        return hydra_compose(config_name=config_name, overrides=overrides, return_hydra_config=hydra_node)
 
 
 def build_run_of(cfg: Any, overrides: list[str]):
@@ -241,7 +242,10 @@ def launch(app: App, args: list[str]) -> int:
     try:
         hydra.main(config_path=str(CONF_DIR), config_name=app.config_name, version_base=None)(job_function(app))()
     finally:
+        from rlpost.runs.claim import release_all
+
         _VALIDATED.clear()
+        release_all()  # the run directory this launch claimed (prelaunch) is free again
     return 0
 
 

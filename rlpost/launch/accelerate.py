@@ -48,11 +48,6 @@ def single_process_env(hardware: Any) -> None:
         os.environ.setdefault("MASTER_PORT", str(hardware.main_process_port))
 
 
-def default_run_dir() -> str:
-    """Hydra's default run directory (conf/config.yaml hydra.run.dir), fixed once for every process."""
-    return time.strftime("outputs/%Y-%m-%d/%H-%M-%S")
-
-
 def launch_command(hardware: Any, overrides: list[str]) -> list[str]:
     """The accelerate launch command line that runs ``rlpost train <overrides>`` on N processes."""
     cmd = [sys.executable, "-m", "accelerate.commands.launch", "--multi_gpu"]
@@ -68,10 +63,7 @@ def launch_command(hardware: Any, overrides: list[str]) -> list[str]:
 def relaunch(hardware: Any, overrides: list[str]) -> int:
     """Write deepspeed.json and launch.sh into the run directory, print the command, run it; its exit code."""
     given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
-    run_dir = given.get("hydra.run.dir")
-    if run_dir is None:
-        run_dir = default_run_dir()
-        overrides = [*overrides, f"hydra.run.dir={run_dir}"]
+    run_dir = given["hydra.run.dir"]  # claimed by the launch (rlpost/runs/claim.py), the same for every process
     Path(run_dir).mkdir(parents=True, exist_ok=True)
     write_deepspeed_config(hardware, run_dir)
     cmd = launch_command(hardware, overrides)

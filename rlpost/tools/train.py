@@ -14,6 +14,7 @@ Each job then trains the BuiltRun validated for it (``train(cfg, run_dir, overri
 from __future__ import annotations
 
 import sys
+from pathlib import Path
 from typing import Any
 
 from rlpost.app import App, Job, build_run_of, launch
@@ -28,18 +29,19 @@ def prelaunch(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str
     if multirun and any(o.split("=", 1)[0] == "hydra/sweeper" for o in overrides):  # a search sweep
         for job in jobs:
             check_objective(job.built.settings.eval)
-    extra = launch_overrides(jobs, overrides, multirun)  # reliability
+    key, named = resumed_directory(jobs, overrides, multirun)  # reliability
     hardware = hardware_of(jobs, multirun)  # scale-out: N processes -> accelerate launch (rlpost/launch/)
+    extra = [f"{key}={claim_directory(jobs, key, named)}"]  # the last check passed: one run, one directory
     if hardware is not None:
         return relaunch(hardware, [*overrides, *extra])
     return extra
 
 
-def launch_overrides(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str]:
-    """Extra Hydra overrides for this launch: ``hydra.run.dir=<run>`` when ``resume=`` continues an
-    earlier run directory (rlpost/runs/checkpoints.py), ``hydra.sweep.dir=<sweep>`` when a multirun's
-    ``resume=auto`` continues an earlier sweep (rlpost/launch/sweep_resume.py). Also checks the output folder
-    is writable."""
+def resumed_directory(jobs: list[Job], overrides: list[str], multirun: bool) -> tuple[str, str | None]:
+    """``(key, directory)``: ``hydra.run.dir`` and the run ``resume=`` continues (rlpost/runs/checkpoints.py) or
+    the one given on the command line, or ``hydra.sweep.dir`` and the sweep a multirun's ``resume=auto``
+    continues (rlpost/launch/sweep_resume.py) or the given one; None: a fresh directory. Also checks the
+    output folder is writable."""
     from rlpost.launch.sweep_resume import comparable_config, resolve_sweep_resume
     from rlpost.runs.checkpoints import resolve_resume
     from rlpost.runs.rundir import check_writable
@@ -47,16 +49,33 @@ def launch_overrides(jobs: list[Job], overrides: list[str], multirun: bool) -> l
     given = {o.split("=", 1)[0]: o.split("=", 1)[1] for o in overrides if "=" in o}
     key = "hydra.sweep.dir" if multirun else "hydra.run.dir"
     check_writable(given.get(key, "multirun" if multirun else "outputs"), key)
+    run_dir, message = None, None
     if multirun:  # resume=auto: the earlier sweep; a search sweeper's jobs check their folders themselves
-        if given.get("resume") != "auto" or "hydra/sweeper" in given:
-            return []
-        run_dir, message = resolve_sweep_resume([comparable_config(job.cfg) for job in jobs], given.get(key))
+        if given.get("resume") == "auto" and "hydra/sweeper" not in given:
+            run_dir, message = resolve_sweep_resume([comparable_config(job.cfg) for job in jobs], given.get(key))
     else:
         config = comparable_config(jobs[0].cfg)
         run_dir, message = resolve_resume(config.get("resume"), config, given.get(key))
     if message:
         print(f"rlpost: {message}", file=sys.stderr)
-    return [f"{key}={run_dir}"] if run_dir and key not in given else []
+    pattern = "${" in given.get(key, "")  # e.g. outputs/${now:%Y-%m-%d}: a pattern, resolved to a fresh folder
+    return key, run_dir or (None if pattern else given.get(key))
+
+
+def claim_directory(jobs: list[Job], key: str, named: str | None) -> Path:
+    """This launch's run (or sweep) directory, claimed so that no other run writes into it (rlpost/runs/claim.py):
+    ``named`` (given, or the run ``resume=`` continues) itself, else a fresh one where Hydra's pattern points."""
+    from omegaconf import OmegaConf
+
+    from rlpost.app import compose
+    from rlpost.runs.claim import claim_fresh, claim_named
+
+    if jobs[0].built.hardware.machine_rank > 0:  # machine 0 claims the shared directory for every machine
+        return Path(named or OmegaConf.select(compose(jobs[0].overrides, hydra_node=True), key))
+    if named:
+        return claim_named(named, key)
+    pattern = OmegaConf.select(compose(jobs[0].overrides, hydra_node=True), key)  # ${now:...} resolved now
+    return claim_fresh(pattern)
 
 
 def hardware_of(jobs: list[Job], multirun: bool):

@@ -5,6 +5,10 @@ from __future__ import annotations
 import json
 import threading
 
+from omegaconf import OmegaConf
+from support_runs import finish, launch, metrics
+
+from rlpost.runs.claim import LOCK
 from rlpost.runs.rundir import RunDirectory, write_atomic
 
 
@@ -44,3 +48,19 @@ def test_only_rank_zero_writes_run_files(tmp_path, monkeypatch):
     main.write_summary({"steps": 1})
     assert main.read_metrics() == [{"step": 1, "loss": 0.5}]
     assert json.loads((main.path / "summary.json").read_text()) == {"steps": 1}
+
+
+def test_two_runs_started_together_get_two_directories(tmp_path):
+    # the same pattern resolves to the same folder for both (a day, so they collide whatever the timing):
+    # each launch claims its own before Hydra writes (rlpost/runs/claim.py)
+    pattern = "hydra.run.dir=outputs/${now:%Y-%m-%d}"
+    procs = [launch(tmp_path, "train.steps=2", f"seed={seed}", pattern) for seed in (1, 2)]
+    results = [finish(proc) for proc in procs]
+    assert [code for code, _, _ in results] == [0, 0], results[0][2][-2000:] + results[1][2][-2000:]
+    dirs = sorted(p.parent for p in (tmp_path / "outputs").glob("*/config.yaml"))
+    assert [d.name[10:] for d in dirs] == ["", "-1"]  # <date> and <date>-1
+    seeds = sorted(OmegaConf.load(d / "config.yaml").seed for d in dirs)
+    assert seeds == [1, 2]  # each directory holds its own run's config
+    for d in dirs:
+        assert [row["step"] for row in metrics(d)] == [1, 2]  # and its own rows, two steps each
+        assert not (d / LOCK).exists()  # released when the run ended
