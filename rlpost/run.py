@@ -19,6 +19,7 @@ from rlpost.data.sources import DataConfig
 from rlpost.launch.deepspeed import deepspeed_config
 from rlpost.models.loading import ModelConfig
 from rlpost.runs.state import state_restored
+from rlpost.scoring.breaker import BreakerSettings
 from rlpost.scoring.correctness import Correctness
 
 if TYPE_CHECKING:
@@ -78,6 +79,7 @@ class RewardParts:
     weights: torch.Tensor  # [R]
     combine: Combine
     failure: list[FailurePolicy] = field(default_factory=list)  # [R] what a failed sample becomes (reward_guard.py)
+    breaker: BreakerSettings = field(default_factory=BreakerSettings)  # when failures stop the run (breaker.py)
 
     def combined(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
         """Reward terms [N, R] -> rewards [N] and the combiner's metrics: the one combination that training

@@ -31,6 +31,7 @@ from rlpost.runs.preemption import PreemptionCallback
 from rlpost.runs.ranks import is_main, on_main, write_folder
 from rlpost.runs.replay import ReplayWriter
 from rlpost.runs.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
+from rlpost.scoring.breaker import RewardsBroken
 
 
 def train(
@@ -104,6 +105,12 @@ def train(
     preemption.install()
     try:
         trainer.train(resume_from_checkpoint=resume_from)
+    except RewardsBroken as err:  # nothing left to learn from: save what can be saved, then stop (exit code 1)
+        checkpoint = trainer.save_last_step()
+        summary.update(stopped=str(err), steps=trainer.state.global_step, checkpoint=str(checkpoint or ""))
+        rundir.write_summary(summary)
+        where = f"; step {trainer.state.global_step} is saved in {checkpoint}" if checkpoint else ""
+        raise RewardsBroken(f"{err}{where}") from None
     finally:
         preemption.uninstall()
     train_seconds = time.perf_counter() - started

@@ -63,3 +63,38 @@ class GuessNumber:
             return "correct", 1.0, True, False, {}
         hint = "no number" if guess is None else ("higher" if guess < self.secret else "lower")
         return hint, -self.penalty, False, False, {"guess": guess}
+
+
+class RaisesOnReset:
+    """Its reset raises: no episode can start."""
+
+    def reset(self, row, seed):
+        raise RuntimeError("the environment could not start")
+
+    def step(self, text):
+        return [], 0.0, True, {}
+
+
+class WrongStepType:
+    """Its step returns a string instead of a step result (it reads cut-off turns: the tiny model never stops)."""
+
+    reads_cut_turns = True
+
+    def reset(self, row, seed):
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, text):
+        return "done"
+
+
+class SlowStep:
+    """Its step always runs past any step_timeout_s below a second (it reads cut-off turns too)."""
+
+    reads_cut_turns = True
+
+    def reset(self, row, seed):
+        return [{"role": "user", "content": "go"}]
+
+    def step(self, text):
+        time.sleep(1.0)
+        return [], 1.0, True, {}

@@ -25,3 +25,8 @@ def broken_reward(prompts, completions, **kwargs):
 def slow_reward(prompts, completions, **kwargs):
     time.sleep(3)
     return [1.0 for _ in completions]
+
+
+def always_raises(prompts, completions, **kwargs):
+    """A user's reward with a bug: it raises on every sample."""
+    raise KeyError("gold_answer")  # the line the breaker's message points at

@@ -154,6 +154,7 @@ class RewardNode:
     combine: Any = None  # {name: weighted_sum, ...}
     on_failure: Any = None  # the default failure policy of every term (rlpost/scoring/guard.py)
     timeout_s: Any = None
+    breaker: Any = None  # when repeated failures stop the run (rlpost/scoring/breaker.py)
 
 
 @dataclass(frozen=True)

@@ -79,7 +79,7 @@ class Environment(Component):
     verifiable: ClassVar[bool] = False
     # a turn cut off at the generation cap still goes to step (its start is what counts, e.g. a controller's pick),
     # and the episode ends after it; otherwise step never sees it and truncated_reward applies
-    reads_cut_turns: ClassVar[bool] = False
+    reads_cut_turns: bool = False
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         """The episode's first messages for data row ``row`` (its ``prompt`` column and the rest)."""

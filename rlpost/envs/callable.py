@@ -6,13 +6,16 @@ The class at ``path`` is constructed once per episode with ``kwargs`` (an ``Envi
 its own ``Config`` built from ``kwargs``) and must have
 ``reset(row, seed) -> list of messages`` and ``step(text) -> StepResult`` (subclass
 ``rlpost.envs.base.Environment`` and its ``StepResult``, or return a ``(observations, reward, done,
-info)`` tuple or a dict with those keys). A module in the directory rlpost is started in imports
+info)`` tuple or a dict with those keys); a class attribute ``reads_cut_turns = True`` asks for the ``step``
+of a turn cut off at the token cap too (``Environment.reads_cut_turns``). A module in the directory rlpost
+is started in imports
 without ``PYTHONPATH``, as for rewards. The episode limits (``max_turns``, ...) are this config's.
 Import errors and a class without ``reset``/``step`` are config errors, raised before any model loads.
 """
 
 from __future__ import annotations
 
+import inspect
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -61,6 +64,22 @@ def load_env_class(path: str, example: str) -> Any:
     return cls
 
 
+def check_kwargs(cls: Any, kwargs: dict[str, Any], path: str) -> None:
+    """ConfigError (before any model loads) when the class's constructor does not accept ``kwargs``."""
+    try:
+        signature = inspect.signature(cls)
+    except (TypeError, ValueError):  # a class whose signature Python cannot read: checked when it is made
+        return
+    try:
+        signature.bind(**kwargs)
+    except TypeError as err:
+        params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
+        accepted = ", ".join(p.name for p in params) or "no arguments"
+        raise ConfigError(
+            f"data.env.kwargs {sorted(kwargs)} do not fit data.env.path={path!r}: {err}. It accepts: {accepted}."
+        ) from None
+
+
 @ENVS.register("callable")
 class CallableEnv(Environment):
     """A user's environment class by import path (reset(row, seed) -> messages, step(text) -> StepResult)."""
@@ -74,6 +93,9 @@ class CallableEnv(Environment):
         self.cls = cls
         # an Environment subclass is made from its own Config (kwargs checked now), any other class from kwargs
         self.own_cfg = build_config(cls.Config, cfg.kwargs, "data.env.kwargs") if _is_env(cls) else None
+        if self.own_cfg is None:
+            check_kwargs(cls, cfg.kwargs, cfg.path)
+        self.reads_cut_turns = bool(getattr(cls, "reads_cut_turns", False))  # the class's own choice, as a subclass's
         self.inner: Any = None  # the user's object, made by reset (one per episode: the runner calls fresh())
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from rlpost.envs.base import ENVS, Environment, Message, StepResult
-from rlpost.envs.callable import load_env_class
+from rlpost.envs.callable import check_kwargs, load_env_class
 
 
 @dataclass(frozen=True)
@@ -41,6 +41,7 @@ class GymEnv(Environment):
     def __init__(self, cfg: GymConfig):
         super().__init__(cfg)
         self.cls = load_env_class(cfg.path, "games:Wordle")
+        check_kwargs(self.cls, cfg.kwargs, cfg.path)  # before any model loads
         self.inner: Any = None
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:

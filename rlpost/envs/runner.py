@@ -32,6 +32,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
+from rlpost.core.errors import describe_error
 from rlpost.envs.base import Environment, Message, StepResult, row_messages
 from rlpost.envs.episode import Episode
 
@@ -233,7 +234,7 @@ def run_episodes(
 
 
 def _describe(err: BaseException) -> str:
-    return f"{type(err).__name__}: {err}"
+    return describe_error(err)  # with the file and line when the user's environment raised
 
 
 def episode_fields(results: list[EpisodeResult]) -> dict[str, list[Any]]:

@@ -103,6 +103,41 @@ def check_weights_available(cfg: ModelConfig, key: str | None = None) -> None:
         raise ConfigError(f"{key}: {err}" if key else str(err)) from None
 
 
+# the linear layers of the bundled models' decoders (Llama: SmolLM2 and the tiny random model; Qwen2), known
+# without reading a file: their folders may not be converted yet when a config is checked
+DECODER_LINEARS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "lm_head")
+
+
+def lora_target_names(cfg: ModelConfig) -> list[str]:
+    """The module names ``model.lora.target_modules`` may use for ``cfg``'s model, read without its weights:
+    the bundled decoders' linears, or (``source=hf``) every leaf module of the model built from its
+    config.json on the meta device. PEFT matches a target against a module's last name(s)."""
+    if cfg.source != "hf":
+        return list(DECODER_LINEARS)
+    import torch
+    from transformers import AutoConfig, AutoModelForCausalLM
+
+    assert cfg.path is not None  # source=hf requires model.path (ModelConfig.__post_init__)
+    config = AutoConfig.from_pretrained(_check_hf_path(cfg.path), trust_remote_code=cfg.trust_remote_code)
+    with torch.device("meta"):
+        skeleton = AutoModelForCausalLM.from_config(config, trust_remote_code=cfg.trust_remote_code)
+    return sorted({name.rsplit(".", 1)[-1] for name, m in skeleton.named_modules() if name and not list(m.children())})
+
+
+def check_lora_targets(cfg: ModelConfig, key: str = "model.lora.target_modules") -> None:
+    """Every LoRA target names a module of the model (PEFT would otherwise wrap nothing, or fail after loading)."""
+    targets = [t for t in cfg.lora.target_modules if t != "all-linear"]
+    if not cfg.lora.enabled or not targets:
+        return
+    names = lora_target_names(cfg)
+    unknown = [t for t in targets if t.rsplit(".", 1)[-1] not in names]
+    if unknown:
+        raise ConfigError(
+            f"{key}: {', '.join(map(repr, unknown))} names no module of {cfg.display_name}. "
+            f"Its modules: {', '.join(names)} (or all-linear)."
+        )
+
+
 def tiny_random_folder(cfg: ModelConfig) -> Path:
     """The seeded tiny random Llama of ``cfg``'s ``tiny_*`` sizes, built into the cache once."""
     return bundled_models.tiny_llama_folder(cfg.tiny_layers, cfg.tiny_hidden, cfg.tiny_heads, cfg.tiny_intermediate)

@@ -30,6 +30,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
+from rlpost.core.errors import describe_error
 from rlpost.core.schema import Range, build_config, to_container
 from rlpost.judges.base import ON_FAILURE, JudgeError
 from rlpost.rewards.base import Reward
@@ -81,9 +82,11 @@ class GuardedReward:
         self.group = isinstance(func, Reward) and func.is_group_reward
         self.mean_weights = getattr(func, "mean_weights", None)  # held-out means weighted by a row column
         self.failures = 0  # failed samples since the last ``take_failures()``
+        self.first_failure: str | None = None  # the first of them: the error and, in user code, where it was raised
 
     def take_failures(self) -> int:
-        count, self.failures = self.failures, 0
+        """The failed samples since the last call (and forget the first failure's message)."""
+        count, self.failures, self.first_failure = self.failures, 0, None
         return count
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
@@ -140,6 +143,7 @@ class GuardedReward:
         if self.policy.on_failure == "abort":
             self._abort(err, failed[0], prompts)
         self.failures += len(failed)
+        self.first_failure = self.first_failure or describe_error(err)
         fill = None if self.policy.on_failure == "skip" else 0.0
         logger.warning(
             "reward term %s: %d of %d samples failed (first: %s: %s); on_failure=%s",
@@ -152,7 +156,7 @@ class GuardedReward:
         prompt = str(prompts[index])[:80] if index < len(prompts) else "?"
         raise RewardFailure(
             f"reward term {self.__name__!r} failed on sample {index} (prompt {prompt!r}): "
-            f"{type(err).__name__}: {err}; on_failure=abort"
+            f"{describe_error(err)}; on_failure=abort"
         ) from err
 
 

@@ -47,6 +47,17 @@ class CheckpointSeams(SeamBase):
         except OSError as err:  # a full disk, a read-only folder, a vanished run directory: the last one is intact
             raise CheckpointWriteError(step, root, err) from err
 
+    def save_last_step(self) -> Path | None:
+        """A checkpoint of the last completed step when a run must stop mid-step (the failure breaker), unless
+        one exists or no step has completed: its folder, or None. Collective: every rank calls it."""
+        step = self.state.global_step
+        folder = Path(super()._get_output_dir(trial=None)) / f"checkpoint-{step}"
+        if step == 0:
+            return None
+        if not folder.is_dir():
+            self._save_checkpoint(self.model, trial=None)
+        return folder
+
     def _get_output_dir(self, trial):
         staging = self._checkpoint_staging
         return staging if staging is not None else super()._get_output_dir(trial=trial)

@@ -10,6 +10,7 @@ kept. Seams 3-8 live in the sibling modules (see rlpost/trainer/__init__.py).
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from typing import Any
 
@@ -19,7 +20,8 @@ from trl import GRPOTrainer
 from rlpost.models.flops import flops_per_token, model_parameters
 from rlpost.run import BuiltRun
 from rlpost.runs.replay import ReplayWriter
-from rlpost.scoring.guard import guard_rewards, take_failure_counts
+from rlpost.scoring.breaker import FailureBreaker
+from rlpost.scoring.guard import GuardedReward, guard_rewards, take_failure_counts
 from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.checkpoints import CheckpointSeams
 from rlpost.trainer.corrections import CorrectionSeams
@@ -30,6 +32,19 @@ from rlpost.trainer.refill import RefillSeams
 from rlpost.trainer.rollout_engine import RolloutEngine
 from rlpost.trainer.rollouts import RolloutSeams
 from rlpost.trainer.scoring import ScoringSeams
+
+logger = logging.getLogger(__name__)
+NO_REWARD_DUMP = "All reward functions returned None"  # TRL's warning that prints each such row whole
+
+
+class _DropNoRewardDump(logging.Filter):
+    """TRL logs every completion no term rewarded with its whole data row; rlpost logs one line instead."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return NO_REWARD_DUMP not in str(record.msg)
+
+
+logging.getLogger("trl.trainer.grpo_trainer").addFilter(_DropNoRewardDump())
 
 
 class RLPostTrainer(
@@ -47,6 +62,7 @@ class RLPostTrainer(
         **kwargs,
     ):
         self.run = run
+        self.breaker = FailureBreaker(run.reward.breaker)  # reward.breaker: stop when a term keeps failing
         self.sample_sink = sample_sink
         self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/runs/replay.py)
         self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/trainer/batch.py)
@@ -118,9 +134,17 @@ class RLPostTrainer(
                 func.group_size, func.learning = None, False
         self.batch.reward_terms = terms  # [N, R], gathered over processes
         mode = "train" if self.model.training else "eval"  # failed samples per term (rlpost/scoring/guard.py)
+        firsts = {f.__name__: f.first_failure for f in self.reward_funcs if isinstance(f, GuardedReward)}
         for name, count in take_failure_counts(self.reward_funcs).items():
             total = self.accelerator.gather(torch.tensor([float(count)], device=self.accelerator.device)).sum()
             self._metrics[mode][f"rlpost/reward_failures/{name}"].append(total.item())
+            if self.model.training:  # a term that keeps failing stops the run (rlpost/scoring/breaker.py)
+                self.breaker.update(self.state.global_step + 1, name, int(total.item()), len(terms), firsts[name])
+        unrewarded = int(torch.isnan(terms).all(dim=1).sum())
+        if unrewarded:  # instead of TRL's dump of each such row (NO_REWARD_DUMP)
+            logger.warning(
+                "%d of %d completions have no reward from any term this step: they do not train", unrewarded, len(terms)
+            )
         return terms
 
     # ---- safety: fp32 master weights, non-finite loss check (rlpost/safety/kit.py) -------------

@@ -169,6 +169,18 @@ CASES = [
      ["algorithm.ensemble.adapters=3 but train.num_generations=2"]),
     ("sdga-without-episodes", ["train", "algorithm/select=sdga_auto"],
      ["algorithm/select=sdga_auto allocates the update", "set data/env"]),
+    # arguments only looked up at run time, checked before any model loads (issue 46)
+    ("env-kwargs-unknown", ["train", "data/env=callable", "data.env.path=support_envs:CountDown",
+                            "+data.env.kwargs.colour=red", "reward=env"],
+     ["data.env.kwargs ['colour'] do not fit data.env.path='support_envs:CountDown'", "It accepts: turns."]),
+    ("gym-kwargs-unknown", ["train", "data/env=gym", "data.env.path=support_envs:GuessNumber",
+                            "+data.env.kwargs.colour=red", "reward=env"],
+     ["data.env.kwargs ['colour'] do not fit data.env.path='support_envs:GuessNumber'", "It accepts: penalty."]),
+    ("lora-unknown-target", ["train", "model=tiny-random", "model.lora.enabled=true",
+                             "model.lora.target_modules=[nonexistent_proj]"],
+     ["model.lora.target_modules: 'nonexistent_proj' names no module of tiny-random-llama",
+      "Its modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head (or all-linear)."]),
+    ("breaker-share", ["train", "reward.breaker.max_share=1.5"], ["reward.breaker.max_share=1.5 must be in [0, 1]."]),
 ]  # fmt: skip
 
 

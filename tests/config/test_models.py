@@ -14,9 +14,9 @@ from paths import REPO
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
-from rlpost.models.loading import LoraSettings, ModelConfig
 from rlpost.models import bundled as bundled_models
 from rlpost.models import loading as models
+from rlpost.models.loading import LoraSettings, ModelConfig
 
 CONF = REPO / "conf" / "model"
 TINY = ModelConfig(source="tiny_random")
@@ -87,6 +87,21 @@ def test_lora_wraps_tiny_model_with_few_trainable_params():
     trainable = sum(p.numel() for p in wrapped.parameters() if p.requires_grad)
     total = sum(p.numel() for p in wrapped.parameters())
     assert 0 < trainable < 0.05 * total
+
+
+def test_lora_targets_are_checked_against_the_models_modules_without_loading_it():
+    # an hf folder: the modules of its config.json's architecture, built on the meta device (no weights read)
+    folder = str(models.tiny_random_folder(TINY))
+    names = models.lora_target_names(ModelConfig(source="hf", path=folder))
+    assert {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj", "embed_tokens"} <= set(names)
+    good = ModelConfig(source="hf", path=folder, lora=LoraSettings(enabled=True, target_modules=["q_proj", "v_proj"]))
+    models.check_lora_targets(good)  # PEFT would wrap these
+    bad = ModelConfig(source="hf", path=folder, lora=LoraSettings(enabled=True, target_modules=["q_proj", "qkv"]))
+    with pytest.raises(
+        ConfigError, match=r"model.lora.target_modules: 'qkv' names no module of .*Its modules: .*q_proj"
+    ):
+        models.check_lora_targets(bad)
+    models.check_lora_targets(ModelConfig(source="hf", path=folder, lora=LoraSettings(target_modules=["qkv"])))  # off
 
 
 def test_lora_field_set_without_enabled_warns():

@@ -189,3 +189,41 @@ def test_disk_full_during_the_final_save_keeps_the_last_checkpoint(small_disk, m
 
     model = AutoModelForCausalLM.from_pretrained(run / "checkpoints" / "checkpoint-2", use_safetensors=True)
     assert sum(p.numel() for p in model.parameters()) > 0
+
+
+ENV_TERM = "reward.terms=[{name: env}]"
+BROKEN = {  # a failure on every sample, from each place a reward can fail; what the first message must say
+    "env-reset-raises": (
+        ["data/env=callable", "data.env.path=support_envs:RaisesOnReset", ENV_TERM],
+        ["reward term 'env' failed on 8 of 8 samples at step 1", "RuntimeError: the environment could not start",
+         "support_envs.py:", "in reset)"],
+    ),
+    "env-step-wrong-type": (
+        ["data/env=callable", "data.env.path=support_envs:WrongStepType", ENV_TERM],
+        ["reward term 'env' failed on 8 of 8 samples at step 1", "WrongStepType.step returned str"],
+    ),
+    "env-step-timeout": (
+        ["data/env=callable", "data.env.path=support_envs:SlowStep", "data.env.step_timeout_s=0.2", ENV_TERM],
+        ["reward term 'env' failed on 8 of 8 samples at step 1", "env.step ran past 0.2 s"],
+    ),
+    "reward-raises": (
+        ["reward.terms=[{name: callable, params: {path: 'support_faults:always_raises'}}]"],
+        ["reward term 'callable' failed on 8 of 8 samples at step 1", "KeyError: 'gold_answer'",
+         "support_faults.py:", "in always_raises)"],
+    ),
+}  # fmt: skip
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_a_reward_that_fails_on_every_sample_stops_the_run(tmp_path, case):
+    args, expected = BROKEN[case]
+    code, _, err = finish(launch(tmp_path, "train.steps=2", "train.completions_per_step=8", *args))
+    assert code == RunStopped.exit_code, err[-3000:]
+    line = stopped_line(err)
+    for text in ["every sample failed for 1 step(s) (reward.breaker.all_failed_steps=1)", *expected]:
+        assert text in line, (text, line)
+    assert "All reward functions returned None" not in err  # TRL's dump of whole rows is gone
+    (run,) = [p.parent for p in (tmp_path / "outputs").glob("*/*/summary.json")]
+    summary = json.loads((run / "summary.json").read_text())
+    assert summary["steps"] == 0 and summary["checkpoint"] == "" and "failed on 8 of 8" in summary["stopped"]
