@@ -60,7 +60,9 @@ class SAPO(PolicyLoss):
         """logps, old_logps [B, T], advantages [B, 1] or [B, T] -> per-token loss [B, T], metrics."""
         advantages = as_2d(x.advantages)
         ratio = torch.exp(x.logps - x.old_logps)  # [B, T]
-        tau = torch.where(advantages > 0, self.cfg.temperature_pos, self.cfg.temperature_neg).to(ratio.dtype)
+        tau = ratio.new_full(advantages.shape, self.cfg.temperature_neg).masked_fill(
+            advantages > 0, self.cfg.temperature_pos
+        )
         gate = torch.sigmoid(tau * (ratio - 1))  # [B, T]
         loss = -(gate * 4 / tau) * advantages
         with torch.no_grad():

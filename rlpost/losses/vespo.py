@@ -57,8 +57,8 @@ def gamma_weight(
             log_w = log_w + is_ratio.log().clamp(LOG_W_MIN, LOG_W_MAX).sum(-1, keepdim=True)
         log_w = log_w.clamp(LOG_W_MIN, LOG_W_MAX)
         nonneg = advantages >= 0
-        k = torch.where(nonneg, cfg.k_pos, cfg.k_neg).to(log_w.dtype)
-        lam = torch.where(nonneg, cfg.lambda_pos, cfg.lambda_neg).to(log_w.dtype).clamp(min=LAMBDA_MIN)
+        k = log_w.new_full(nonneg.shape, cfg.k_neg).masked_fill(nonneg, cfg.k_pos)
+        lam = log_w.new_full(nonneg.shape, cfg.lambda_neg).masked_fill(nonneg, cfg.lambda_pos).clamp(min=LAMBDA_MIN)
         log_phi = lam + k * log_w - lam * log_w.exp()
         return log_phi.exp().nan_to_num(nan=0.0, posinf=0.0, neginf=0.0)
 
