@@ -88,6 +88,6 @@ class GMPO(PolicyLoss):
     def describe(self) -> str:
         cfg = self.cfg
         return (
-            f"-exp(mean_t clip(log r_t))*A per sequence: the geometric mean of the token ratios r = pi/pi_old, "
-            f"log r clipped on the pessimistic side of [-{cfg.epsilon_low:g}, {cfg.epsilon_high:g}] (min if A>0, max else)"
+            "-exp(mean_t clip(log r_t))*A per sequence: the geometric mean of the token ratios r = pi/pi_old, log r "
+            f"clipped on the pessimistic side of [-{cfg.epsilon_low:g}, {cfg.epsilon_high:g}] (min if A>0, max else)"
         )

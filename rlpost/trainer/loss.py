@@ -47,7 +47,7 @@ class LossSeams(SeamBase):
         )
         x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
         per_token, metrics = algo.loss(x)
-        # vLLM rollouts (TRL's truncated IS) and REGEN's replays; a loss that folds the ratio in (VESPO) reads it itself
+        # vLLM rollouts (TRL's truncated IS) and REGEN's replays; a loss that folds it in (VESPO) reads it itself
         if "importance_sampling_ratio" in inputs and not algo.loss.folds_importance_ratio:
             per_token = per_token * inputs["importance_sampling_ratio"]
         if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy

@@ -42,10 +42,10 @@ def test_registered_with_trl_defaults():
 
 def test_hand_computed_gate_loss_and_gradient():
     # tau_pos = 1, tau_neg = 2
-    # seq 0, A = +2, tau = 1:  r = 1        -> s = 1/2, loss = -(4 * 1/2 / 1) * 2 = -4,   grad = -2 * 1 * 4 * 1/4 = -2
-    #                          r = 1 + ln 3 -> s = 3/4, loss = -(3 / 1) * 2 = -6,         grad = -2 * r * 4 * 3/16 = -1.5 r
-    # seq 1, A = -1, tau = 2:  r = 1        -> s = 1/2, loss = (4 * 1/2 / 2) = 1,         grad = +1
-    #                          r = 1 - ln3/2 -> s = 1/4, loss = (4 * 1/4 / 2) = 0.5,      grad = r * 4 * 3/16 = 0.75 r
+    # seq 0, A = +2, tau = 1:  r = 1        -> s = 1/2, loss = -(4 * 1/2 / 1) * 2 = -4, grad = -2 * 1 * 4 * 1/4 = -2
+    #                          r = 1 + ln 3 -> s = 3/4, loss = -(3 / 1) * 2 = -6,       grad = -2 * r * 4 * 3/16 = -1.5 r
+    # seq 1, A = -1, tau = 2:  r = 1        -> s = 1/2, loss = (4 * 1/2 / 2) = 1,       grad = +1
+    #                          r = 1 - ln3/2 -> s = 1/4, loss = (4 * 1/4 / 2) = 0.5,    grad = r * 4 * 3/16 = 0.75 r
     r_up, r_down = 1 + LN3, 1 - LN3 / 2
     x = inputs([[1.0, r_up], [1.0, r_down]], [2.0, -1.0])
     loss, metrics = SAPO(SAPO.Config(temperature_pos=1.0, temperature_neg=2.0))(x)
