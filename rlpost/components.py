@@ -55,9 +55,13 @@ import rlpost.judges.openai  # noqa: F401
 import rlpost.losses.adaptive_clip  # noqa: F401
 import rlpost.losses.cispo  # noqa: F401
 import rlpost.losses.clip  # noqa: F401
+import rlpost.losses.gmpo  # noqa: F401
 import rlpost.losses.gspo  # noqa: F401
+import rlpost.losses.luspo  # noqa: F401
 import rlpost.losses.opd  # noqa: F401
 import rlpost.losses.output_reset  # noqa: F401
+import rlpost.losses.sapo  # noqa: F401
+import rlpost.losses.vespo  # noqa: F401
 
 # regularizers
 import rlpost.regularizers.air  # noqa: F401

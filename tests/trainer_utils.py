@@ -41,16 +41,19 @@ def make_run(overrides: list[str]):
     return build_run(compose([*TINY, HASH_REWARD, *overrides]))
 
 
-def grpo_args(run, out: Path, **trl_overrides) -> GRPOConfig:
-    return GRPOConfig(**{**run.grpo_config_kwargs(str(out)), **trl_overrides})
+def grpo_args(run, out: Path, *, config_class: type[GRPOConfig] = GRPOConfig, **trl_overrides) -> GRPOConfig:
+    return config_class(**{**run.grpo_config_kwargs(str(out)), **trl_overrides})
 
 
-def train_plain_trl(run, out: Path, **trl_overrides) -> GRPOTrainer:
+def train_plain_trl(
+    run, out: Path, trainer_class: type[GRPOTrainer] = GRPOTrainer, config_class=GRPOConfig, **trl_overrides
+) -> GRPOTrainer:
+    """Plain TRL on the run's model and data: GRPOTrainer, or a subclass such as trl.experimental's GMPOTrainer."""
     train_set, _ = load_datasets(run.data)
-    trainer = GRPOTrainer(
+    trainer = trainer_class(
         model=load_model(run.model),
         reward_funcs=run.reward.funcs,
-        args=grpo_args(run, out, **trl_overrides),
+        args=grpo_args(run, out, config_class=config_class, **trl_overrides),
         train_dataset=train_set,
         processing_class=load_tokenizer(run.model),
     )

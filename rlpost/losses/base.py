@@ -7,7 +7,7 @@ the regularizers and then applies exactly one aggregation (see ``aggregation.py`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import torch
 
@@ -39,6 +39,10 @@ class PolicyLoss(Component):
     Optional members (``score_rollouts`` for inputs from another model, ``check_run``, ``describe``,
     ...): ``Component``.
     """
+
+    # True when the loss reads the batch's ``importance_sampling_ratio`` (vLLM's IS ratio, REGEN's replay
+    # weights) itself (VESPO folds it into its sequence weight); the trainer then does not multiply by it
+    folds_importance_ratio: ClassVar[bool] = False
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """One micro-batch -> per-token loss [B, T] (or [B, 1]) and float metrics."""

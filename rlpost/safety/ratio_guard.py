@@ -2,8 +2,8 @@
 
 The seed names "numerical overflow in importance ratios when using bfloat16" as a failure mode of
 small models and guards the ratio. Every ratio-based loss here computes ``exp(logps - old_logps)``
-(clip, gspo, cispo, output_reset, the AIR regularizer), so the guard rewrites the loss inputs once
-instead of touching each loss::
+(clip, gspo, cispo, output_reset, sapo, vespo, luspo, gmpo, the AIR regularizer), so the guard
+rewrites the loss inputs once instead of touching each loss::
 
     d       = logps - old_logps                          [B, T]
     d_g     = clamp(d, -c, c)

@@ -47,7 +47,8 @@ class LossSeams(SeamBase):
         )
         x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
         per_token, metrics = algo.loss(x)
-        if "importance_sampling_ratio" in inputs:  # vLLM rollouts (TRL's truncated IS) and REGEN's replays
+        # vLLM rollouts (TRL's truncated IS) and REGEN's replays; a loss that folds it in (VESPO) reads it itself
+        if "importance_sampling_ratio" in inputs and not algo.loss.folds_importance_ratio:
             per_token = per_token * inputs["importance_sampling_ratio"]
         if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
             per_token = per_token * inputs[WEIGHT_KEY]

@@ -220,6 +220,10 @@ def test_bundle_x_loss_x_regularizers(bundle, required):
                 with pytest.raises(ConfigError, match=f"only through algorithm/loss=clip .*got loss={name}"):
                     build_run(cfg)
                 continue
+            if name == "luspo" and cfg.algorithm.aggregation != "seq-mean-token-mean":  # the length counted twice
+                with pytest.raises(ConfigError, match="luspo already scales each sequence's loss by its length"):
+                    build_run(cfg)
+                continue
             run = build_run(cfg)
             assert type(run.algorithm.loss).registry_name == cfg.algorithm.loss.name
             assert [name for name, _ in run.algorithm.regularizers] == chosen, overrides

@@ -181,6 +181,16 @@ CASES = [
      ["model.lora.target_modules: 'nonexistent_proj' names no module of tiny-random-llama",
       "Its modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head (or all-linear)."]),
     ("breaker-share", ["train", "reward.breaker.max_share=1.5"], ["reward.breaker.max_share=1.5 must be in [0, 1]."]),
+    # the TRL 1.16 losses (rlpost/losses/{sapo,vespo,luspo,gmpo}.py): their ranges and TRL's own checks
+    ("sapo-zero-temperature", ["train", "algorithm=sapo", "algorithm.loss.temperature_neg=0"],
+     ["algorithm.loss: temperature_pos and temperature_neg must be > 0", "algorithm.loss.name=sapo"]),
+    ("vespo-negative-lambda", ["train", "algorithm=vespo", "algorithm.loss.lambda_pos=-1"],
+     ["lambda_pos and lambda_neg must be > 0", "algorithm.loss.name=vespo"]),
+    ("gmpo-negative-clip", ["train", "algorithm=gmpo", "algorithm.loss.epsilon_high=-0.1"],
+     ["epsilon_low and epsilon_high must be >= 0", "algorithm.loss.name=gmpo"]),
+    ("luspo-under-a-token-sum", ["train", "algorithm=dapo", "algorithm/loss=luspo"],
+     ["algorithm/loss=luspo already scales each sequence's loss by its length", "algorithm.aggregation=token-mean",
+      "use algorithm.aggregation=seq-mean-token-mean (algorithm=luspo)"]),
 ]  # fmt: skip
 
 
@@ -199,6 +209,27 @@ def test_hardware_gpu_without_cuda(no_launch, capsys):
         pytest.skip("a CUDA GPU is visible")
     code = cli.main(["train", "hardware=gpu"])
     assert_clean_failure(code, capsys.readouterr().err, ["hardware=gpu", "CUDA", "hardware=cpu"], no_launch)
+
+
+def test_vespo_refuses_trls_sequence_level_vllm_correction():
+    """TRL 1.16 refuses loss_type=vespo with a sequence-level vLLM IS mode; rlpost's vLLM runs without an
+    algorithm/correction use TRL's sequence_mask. The hardware checks refuse vLLM on a machine without CUDA
+    first, so the loss's own check is called on a built run given a vLLM hardware profile."""
+    from dataclasses import replace
+
+    from rlpost.app import compose
+    from rlpost.build import build_run
+    from rlpost.core.errors import ConfigError
+
+    for overrides, refused in ((["algorithm=vespo"], True), (["algorithm=vespo", "algorithm/correction=tis"], False)):
+        run = build_run(compose(overrides))
+        run.hardware = replace(run.hardware, name="vllm-colocate", use_vllm=True)
+        if refused:
+            with pytest.raises(ConfigError, match="algorithm/loss=vespo with hardware=vllm-colocate: .* sequence_mask"):
+                run.algorithm.loss.check_run(run)
+        else:  # rlpost's correction replaces TRL's vLLM one (no sequence-level ratio reaches the loss)
+            run.algorithm.loss.check_run(run)
+            assert run.grpo_config_kwargs("out")["vllm_importance_sampling_correction"] is False
 
 
 def test_valid_key_absent_from_yaml_keeps_hydras_append_hint(no_launch, capsys):
