@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-CONF_DIR = Path(__file__).resolve().parents[2] / "conf"
+CONF_DIR = Path(__file__).resolve().parent.parent / "conf"  # rlpost/conf: the package's (a link in a checkout)
 NOT_GROUPS = (
     "recipe/",
     "eval_sets",

@@ -7,7 +7,7 @@ mirrors a block of ``conf/config.yaml`` or a group file, field for field.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Annotated, Any, Literal
 
 from rlpost.core.errors import ConfigError
@@ -208,6 +208,15 @@ def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
     )
 
 
+def _checkpointing_arg() -> str:
+    """transformers' name for activation checkpointing: ``activation_checkpointing`` where it exists (5.2x; the old
+    ``gradient_checkpointing`` then warns that it is deprecated), else ``gradient_checkpointing``."""
+    from transformers import TrainingArguments
+
+    names = {f.name for f in fields(TrainingArguments)}
+    return "activation_checkpointing" if "activation_checkpointing" in names else "gradient_checkpointing"
+
+
 def grpo_config_kwargs(
     train: TrainSettings,
     logging: LoggingSettings,
@@ -244,7 +253,7 @@ def grpo_config_kwargs(
         temperature=train.temperature,
         top_p=train.top_p,
         top_k=train.top_k,
-        gradient_checkpointing=train.gradient_checkpointing,
+        **{_checkpointing_arg(): train.gradient_checkpointing},
         beta=beta,
         mask_truncated_completions=mask_truncated,
         loss_type="grpo",  # never reached: RLPostTrainer owns the loss

@@ -233,15 +233,17 @@ def require_text_file(shown: str, key: str, _owner: Any = None, path: str | None
         raise ConfigError(f"{key}={shown!r} is an empty file.")
 
 
-REPO_ROOT = Path(__file__).resolve().parents[2]
+# the folder holding conf/ and recipes/: the package itself (in a checkout rlpost/conf and rlpost/recipes link to
+# the top-level folders; an installed rlpost carries them as package data: pyproject.toml)
+RESOURCES = Path(__file__).resolve().parent.parent
 
 
 def resolve_data_path(path: str) -> str:
-    """A relative path is looked up from the working directory, then from the repository root,
-    so bundled files (``recipes/data/*.jsonl``) work from any launch directory."""
-    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(REPO_ROOT / path):
+    """A relative path is looked up from the working directory, then from rlpost's own folder (``RESOURCES``),
+    so bundled files (``recipes/data/*.jsonl``) work from any launch directory, installed or not."""
+    if os.path.isabs(path) or os.path.exists(path) or not os.path.exists(RESOURCES / path):
         return path  # os.path.exists, not Path.exists: inline text (a rubric in a column) is no file name
-    return str(REPO_ROOT / path)
+    return str(RESOURCES / path)
 
 
 @path_kind("jsonl_file", "a UTF-8 text file (relative: from the working directory, then the repository)")

@@ -14,9 +14,9 @@ import json
 import random
 import re
 
-from rlpost.core.schema import REPO_ROOT
+from rlpost.core.schema import RESOURCES
 
-DOCUMENTS = REPO_ROOT / "recipes" / "data" / "ares_documents.jsonl"
+DOCUMENTS = RESOURCES / "recipes" / "data" / "ares_documents.jsonl"
 TEMPLATE = 'Fill in the blank with {span} words so that the sentence reads naturally:\n"{prefix} ____ {suffix}"\nReply with the missing words only.'
 
 

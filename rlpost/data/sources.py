@@ -23,8 +23,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Annotated, Any, Literal
 
 from rlpost.core.errors import ConfigError
-from rlpost.core.schema import (  # noqa: F401  (REPO_ROOT, resolve_data_path: re-exported for the tools)
-    REPO_ROOT,
+from rlpost.core.schema import (  # noqa: F401  (RESOURCES, resolve_data_path: re-exported for the tools)
+    RESOURCES,
     PathSpec,
     Range,
     path_kind,

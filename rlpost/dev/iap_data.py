@@ -18,9 +18,9 @@ import argparse
 import json
 from pathlib import Path
 
-from rlpost.data.sources import REPO_ROOT
+from rlpost.data.sources import RESOURCES
 
-OUT = REPO_ROOT / "recipes" / "data" / "personal_questions.jsonl"
+OUT = RESOURCES / "recipes" / "data" / "personal_questions.jsonl"
 
 # topic question -> [(cue the asker writes, their intent, two aspects a personalized answer covers)]
 TOPICS: list[tuple[str, list[tuple[str, str, tuple[str, str]]]]] = [

@@ -24,9 +24,9 @@ import json
 import random
 from pathlib import Path
 
-from rlpost.data.sources import REPO_ROOT
+from rlpost.data.sources import RESOURCES
 
-OUT = REPO_ROOT / "recipes" / "data" / "arith_preferences.jsonl"
+OUT = RESOURCES / "recipes" / "data" / "arith_preferences.jsonl"
 PHRASINGS = ("{n}", "The answer is {n}.", "{expr} = {n}", "Answer: {n}")
 KINDS = ("off_by", "wrong_operator", "digit", "sign")
 OPS = {"+": lambda a, b: a + b, "-": lambda a, b: a - b, "*": lambda a, b: a * b}

@@ -25,9 +25,9 @@ import math
 import random
 from pathlib import Path
 
-from rlpost.data.sources import REPO_ROOT
+from rlpost.data.sources import RESOURCES
 
-OUT = REPO_ROOT / "recipes" / "data" / "karma_valuations.jsonl"
+OUT = RESOURCES / "recipes" / "data" / "karma_valuations.jsonl"
 SUBREDDITS = ("AskReddit", "CasualConversation", "NoStupidQuestions", "LifeProTips")
 # (post, topic): the topic fills the replies
 POSTS = [

@@ -28,10 +28,10 @@ import json
 import random
 from pathlib import Path
 
-from rlpost.data.sources import REPO_ROOT
+from rlpost.data.sources import RESOURCES
 from rlpost.transforms.market_filter import outcome_bucket
 
-OUT = REPO_ROOT / "recipes" / "data" / "market_news.jsonl"
+OUT = RESOURCES / "recipes" / "data" / "market_news.jsonl"
 COMPANIES = [
     ("ACME", "Acme Robotics"),
     ("BRQ", "Briarquay Foods"),

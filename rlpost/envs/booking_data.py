@@ -16,6 +16,7 @@ import json
 import random
 from pathlib import Path
 
+from rlpost.core.schema import RESOURCES
 from rlpost.envs.search_data import FIRST, LAST
 
 SEED = 20261205
@@ -24,7 +25,7 @@ DAYS = ["Monday", "Tuesday", "Wednesday", "Thursday", "Friday", "Saturday", "Sun
 CLASSES = ["first", "second"]
 OPENINGS = ["Hi, I need a train ticket.", "Hello, can you book a train for me?", "I'd like to travel by train.",
             "Good morning, I need to book a trip."]  # fmt: skip
-DATA = Path(__file__).resolve().parent.parent.parent / "recipes" / "data"
+DATA = RESOURCES / "recipes" / "data"
 
 
 def build(seed: int = SEED) -> tuple[list[dict], list[dict]]:

@@ -16,6 +16,8 @@ import json
 import random
 from pathlib import Path
 
+from rlpost.core.schema import RESOURCES
+
 SEED = 20261204
 FIRST = ["Alia", "Boren", "Cato", "Dessa", "Elio", "Fenna", "Gideon", "Halla", "Ivo", "Jora", "Kester", "Lune",
          "Maren", "Niko", "Orla", "Pim", "Quin", "Rhea", "Soren", "Tamsin"]  # fmt: skip
@@ -27,7 +29,7 @@ PROFESSIONS = ["cartographer", "glassblower", "beekeeper", "clockmaker", "ferry 
                "translator", "archivist", "violin maker"]  # fmt: skip
 KNOWN_FOR = ["salt marshes", "a copper bridge", "winter markets", "lighthouses", "paper mills", "an old observatory",
              "orchards", "a river festival", "granite quarries"]  # fmt: skip
-DATA = Path(__file__).resolve().parent.parent.parent / "recipes" / "data"
+DATA = RESOURCES / "recipes" / "data"
 
 
 def build(seed: int = SEED) -> tuple[list[dict], list[dict], list[dict]]:

@@ -57,6 +57,7 @@ def _build() -> ModuleType:
     from torch.utils.cpp_extension import load
 
     from rlpost.models.bundled import cache_dir
+    from rlpost.runs.rundir import write_atomic
 
     # -march=native code runs only where its instructions exist: the build is keyed by the CPU's flags too
     code = "".join(path.read_text() for path in [*SOURCES, HEADER])
@@ -65,13 +66,19 @@ def _build() -> ModuleType:
     name = f"rlpost_skinny_matmul_{digest}"
     build = cache_dir() / "kernels" / name
     build.mkdir(parents=True, exist_ok=True)
+    # compiled from copies in the build folder: the sources' paths are part of ninja's build file, so a checkout
+    # and an installed rlpost (same code, other folders) would otherwise rebuild over each other's build
+    for source in [*SOURCES, HEADER]:
+        copy = build / source.name
+        if not copy.is_file() or copy.read_text() != source.read_text():
+            write_atomic(copy, source.read_text())
     flags = ["-O3", "-march=native", "-fopenmp"]
     path = os.environ.get("PATH", "")
     os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])  # the ninja wheel's binary, venv not activated
     try:
         return load(
             name,
-            [str(path) for path in SOURCES],
+            [str(build / path.name) for path in SOURCES],
             extra_cflags=flags,
             extra_ldflags=["-fopenmp"],
             build_directory=str(build),

@@ -10,12 +10,12 @@ policy's tokenizer (its token ids must mean the same), and adds TRL's fused log-
 from __future__ import annotations
 
 import threading
-from pathlib import Path
 from typing import Any
 
+from rlpost.core.confdir import CONF_DIR
 from rlpost.core.errors import ConfigError
 
-MODEL_CONF = Path(__file__).resolve().parents[2] / "conf" / "model"
+MODEL_CONF = CONF_DIR / "model"
 _SHARED: dict[str, Any] = {}  # frozen_generator: one (model, tokenizer) per model config and process
 _SHARED_LOCK = threading.Lock()
 

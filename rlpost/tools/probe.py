@@ -102,13 +102,13 @@ def models_to_probe(s: ProbeSettings) -> list[tuple[str, int, ModelConfig]]:
 
 
 def check(s: ProbeSettings, overrides: list[str]) -> ProbeSettings:
-    from rlpost.data.sources import REPO_ROOT
+    from rlpost.data.sources import RESOURCES
     from rlpost.evaluation.probe import load_scenarios
 
     if s.run is not None and any(o.split("=", 1)[0] == "model" for o in overrides):
         raise ConfigError("Give either run=<run directory> or model=<choice>, not both: they name two models.")
     path = Path(s.scenarios)
-    load_scenarios(path if path.is_absolute() or path.exists() else REPO_ROOT / path)
+    load_scenarios(path if path.is_absolute() or path.exists() else RESOURCES / path)
     models_to_probe(s)
     return s
 
@@ -123,13 +123,13 @@ def run(s: ProbeSettings, output_dir: str, overrides: list[str]) -> int:
     from tqdm.auto import tqdm
 
     from rlpost.analysis.plots import plot_curves
-    from rlpost.data.sources import REPO_ROOT
+    from rlpost.data.sources import RESOURCES
     from rlpost.evaluation.probe import ProbeConfig, load_scenarios, probe
     from rlpost.models.loading import load_model, load_tokenizer
     from rlpost.runs.rundir import write_atomic
 
     path = Path(s.scenarios)
-    scenarios = load_scenarios(path if path.is_absolute() or path.exists() else REPO_ROOT / path)
+    scenarios = load_scenarios(path if path.is_absolute() or path.exists() else RESOURCES / path)
     cfg = ProbeConfig(s.belief, s.sdf_steps, s.sdf_lr, s.sdf_batch_size, s.seed)
     rows = []
     for name, step, model_cfg in tqdm(models_to_probe(s), desc="probe", disable=not s.progress):

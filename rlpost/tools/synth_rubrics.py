@@ -37,10 +37,10 @@ class SynthSettings:
 
 
 def documents_path(s: SynthSettings) -> Path:
-    from rlpost.data.sources import REPO_ROOT
+    from rlpost.data.sources import RESOURCES
 
     path = Path(s.documents).expanduser()
-    return path if path.is_absolute() or path.exists() else REPO_ROOT / path
+    return path if path.is_absolute() or path.exists() else RESOURCES / path
 
 
 def check(s: SynthSettings, overrides: list[str]) -> SynthSettings:

@@ -11,6 +11,7 @@ kept. Seams 3-8 live in the sibling modules (see rlpost/trainer/__init__.py).
 from __future__ import annotations
 
 import logging
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -45,6 +46,13 @@ class _DropNoRewardDump(logging.Filter):
 
 
 logging.getLogger("trl.trainer.grpo_trainer").addFilter(_DropNoRewardDump())
+# third-party warnings about code rlpost cannot change, filtered by their message:
+# - TRL 1.16's unwrap_model_for_generation reads transformers' deprecated `is_gradient_checkpointing` alias
+#   (trl/models/utils.py) at every generation; rlpost itself never uses it
+warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprecated", category=FutureWarning)
+# - TRL marks `rollout_func` experimental; rlpost's episodes (data/env) are built on it on purpose and pin it in
+#   tests/trainer/test_trl_contract.py
+warnings.filterwarnings("ignore", message="You are using 'rollout_func', which is an experimental feature")
 
 
 class RLPostTrainer(

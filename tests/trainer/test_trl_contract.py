@@ -32,8 +32,8 @@ from rlpost.trainer import RLPostTrainer
 ROOT = REPO
 TRAINER_SOURCES = [*sorted((ROOT / "rlpost" / "trainer").glob("*.py")), *(ROOT / "rlpost" / "algorithms").glob("*.py")]
 TRAINER_SOURCES += [
-    ROOT / "rlpost" / "replay.py",
-    ROOT / "rlpost" / "checkpoints.py",
+    ROOT / "rlpost" / "runs" / "replay.py",
+    ROOT / "rlpost" / "runs" / "checkpoints.py",
     ROOT / "rlpost" / "safety" / "kit.py",
 ]
 TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies read TRL state through RolloutContext
