@@ -8,6 +8,7 @@ import rlpost.advantages.gepo  # noqa: F401
 import rlpost.advantages.group_norm  # noqa: F401
 import rlpost.advantages.hargo  # noqa: F401
 import rlpost.advantages.pmi_tokens  # noqa: F401
+import rlpost.advantages.reinforce_pp  # noqa: F401
 import rlpost.advantages.routed  # noqa: F401
 import rlpost.advantages.segments  # noqa: F401
 import rlpost.advantages.tiar  # noqa: F401
@@ -16,6 +17,7 @@ import rlpost.advantages.turn_grpo  # noqa: F401
 # combiners
 import rlpost.combine.decoupled  # noqa: F401
 import rlpost.combine.focal  # noqa: F401
+import rlpost.combine.normalize_then_sum  # noqa: F401
 import rlpost.combine.odrpo  # noqa: F401
 import rlpost.combine.rdpo  # noqa: F401
 import rlpost.combine.weighted_sum  # noqa: F401
@@ -64,8 +66,10 @@ import rlpost.losses.sapo  # noqa: F401
 import rlpost.losses.vespo  # noqa: F401
 
 # regularizers
+import rlpost.regularizers.adaptive_kl  # noqa: F401
 import rlpost.regularizers.air  # noqa: F401
 import rlpost.regularizers.entropy  # noqa: F401
+import rlpost.regularizers.top_entropy  # noqa: F401
 
 # rewards
 import rlpost.rewards.bleu  # noqa: F401

@@ -2,7 +2,7 @@
 
 A loss (plus regularizers) gives ``per_token_loss`` ``[B, T]``, or ``[B, 1]`` for sequence-level
 losses (GSPO), which is broadcast to ``[B, T]`` before masking. ``mask`` is ``[B, T]`` (1.0 on the
-completion tokens that count). Four modes; the first three match one TRL 1.16 ``loss_type`` each exactly:
+completion tokens that count). Six modes; four match one TRL 1.16 ``loss_type`` each exactly:
 
 - ``token-mean`` (TRL ``dapo``/``cispo``; DAPO, seed 000 #23):
   ``sum(l * m) / token_normalizer``. The trainer passes TRL's normalizer,
@@ -16,6 +16,15 @@ completion tokens that count). Four modes; the first three match one TRL 1.16 ``
 - ``seq-mean-token-sum`` (no TRL loss_type; the sequence log-likelihood objective of DPO, used by
   ``algorithm=ed_idpo``): ``sum(l * m) / B / grad_accum``, the mean over the step's sequences of each
   sequence's token *sum*.
+- ``local-token-mean`` (TRL ``bnpo``): ``sum(l * m) / max(sum(m), 1) / grad_accum``, a token mean over
+  this micro-batch only (so micro-batches of different token counts weigh the same). TRL's entropy bonus
+  is reduced this way whatever its loss type (``rlpost/regularizers/entropy.py``, ``reduce: token_mean``).
+- ``token-sum`` (no TRL loss_type; verl's and slime's ``token-sum``, Tinker's summed losses):
+  ``sum(l * m) * num_processes``, no length or batch normalization at all. The normalizer is exactly 1
+  per optimizer step: the micro-batch losses of one step sum to the plain sum of ``l`` over every counted
+  token of the step, on all processes (``* num_processes`` cancels the data-parallel gradient average,
+  as verl's ``dp_size`` does). The gradient grows with the batch and the completion lengths, so the
+  learning rate must be scaled for it (a step of 8 completions of 30 tokens is ~240x ``token-mean``).
 
 ``grad_accum`` is the trainer's ``current_gradient_accumulation_steps`` in training and 1 in eval
 (TRL does not accumulate in eval). ``masked_metric_mean`` is TRL's logging mean (``global_masked_mean``
@@ -28,7 +37,14 @@ import torch
 
 from rlpost.core.errors import ConfigError
 
-AGGREGATIONS = ("token-mean", "seq-mean-token-mean", "seq-mean-token-sum-norm", "seq-mean-token-sum")
+AGGREGATIONS = (
+    "token-mean",
+    "seq-mean-token-mean",
+    "seq-mean-token-sum-norm",
+    "seq-mean-token-sum",
+    "local-token-mean",
+    "token-sum",
+)
 
 _DESCRIPTIONS = {
     "token-mean": "sum_{b,t}(l*m) / N_tok, N_tok = completion tokens of the optimizer step per process "
@@ -36,6 +52,10 @@ _DESCRIPTIONS = {
     "seq-mean-token-mean": "mean_b[ sum_t(l*m) / max(sum_t m, 1) ] / grad_accum (TRL loss_type=grpo)",
     "seq-mean-token-sum-norm": "sum_{b,t}(l*m) / (B * max_completion_length) / grad_accum (TRL loss_type=dr_grpo)",
     "seq-mean-token-sum": "sum_{b,t}(l*m) / B / grad_accum (mean over sequences of the token sum; DPO's objective)",
+    "local-token-mean": "sum_{b,t}(l*m) / max(sum_{b,t} m, 1) / grad_accum, a token mean over each micro-batch "
+    "(TRL loss_type=bnpo)",
+    "token-sum": "sum_{b,t}(l*m) * num_processes: the plain sum over every counted token of the optimizer step, "
+    "no length or batch normalization (verl's token-sum)",
 }
 
 
@@ -53,6 +73,7 @@ def aggregate(
     grad_accum: int = 1,
     token_normalizer: float | torch.Tensor | None = None,
     max_completion_length: int | None = None,
+    num_processes: int = 1,
 ) -> torch.Tensor:
     """[B, T] or [B, 1] loss, [B, T] mask -> scalar loss of one micro-batch (see the module docstring).
 
@@ -73,6 +94,10 @@ def aggregate(
         return per_seq.mean() / grad_accum
     if mode == "seq-mean-token-sum":
         return masked.sum() / per_token_loss.size(0) / grad_accum
+    if mode == "local-token-mean":
+        return masked.sum() / mask.sum().clamp(min=1.0) / grad_accum
+    if mode == "token-sum":
+        return masked.sum() * num_processes
     if max_completion_length is None or max_completion_length < 1:
         raise ValueError(
             f"aggregation 'seq-mean-token-sum-norm' needs max_completion_length >= 1, got {max_completion_length}"

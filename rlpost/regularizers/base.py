@@ -1,4 +1,11 @@
-"""The regularizer base class and its registry: extra per-token loss terms added before aggregation."""
+"""The regularizer base class and its registry: extra loss terms, and token selections of the policy loss.
+
+A regularizer's ``__call__`` returns either a per-token term ``[B, T]`` (or ``[B, 1]``), added to the
+per-token policy loss before the run's one aggregation (``algorithm.aggregation``), or a scalar ``[]``
+that the regularizer has already reduced itself and that the trainer adds to the aggregated loss (TRL's
+entropy bonus, a token mean of its own whatever the policy loss's normalization: ``entropy`` with
+``reduce: token_mean``). ``policy_mask`` selects the tokens the policy loss trains (``top_entropy``).
+"""
 
 from __future__ import annotations
 
@@ -11,19 +18,27 @@ from rlpost.losses.base import LossInputs
 
 
 class Regularizer(Component):
-    """Returns a per-token term ``[B, T]`` (already multiplied by its coefficient) and metrics.
+    """Returns a term (already multiplied by its coefficient): per token ``[B, T]`` or reduced ``[]``; and metrics.
 
-    Optional members: ``prepare`` (below); ``sampler``, ``check_run``, ``describe``, ...: ``Component``.
+    Optional members: ``prepare``, ``policy_mask`` (below); ``sampler``, ``check_run``, ``describe``, ...:
+    ``Component``.
     """
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
-        """One micro-batch -> per-token term [B, T] (or [B, 1]) and float metrics."""
+        """One micro-batch -> per-token term [B, T] (or [B, 1]), or an already reduced scalar [], and float metrics."""
         raise NotImplementedError
 
     def prepare(self, batch: GroupBatch) -> dict[str, torch.Tensor]:
         """At scoring time, on the whole gathered generation batch: per-completion tensors ``[N]`` that the
         trainer slices to this process and puts into the loss batch under their keys (``{}``: none)."""
         return {}
+
+    def policy_mask(self, x: LossInputs) -> torch.Tensor | None:
+        """At loss time, before any regularizer's ``__call__``: a 0/1 ``[B, T]`` mask of the tokens whose *policy*
+        loss counts (the KL, the other regularizers and the aggregation's normalizer are untouched). The trainer
+        multiplies every regularizer's mask into the policy loss and hands the product to the regularizers as
+        ``x.policy_mask``. ``None`` (the default): every token."""
+        return None
 
 
 REGULARIZERS: Registry[Regularizer] = Registry("regularizer", Regularizer)

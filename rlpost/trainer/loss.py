@@ -1,9 +1,11 @@
 """Seams 4 and 5 of RLPostTrainer (a mixin): the loss of a micro-batch, and gradient transforms.
 
 Seam 4 ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` component, the per-token
-weights (vLLM's truncated IS, ``algorithm.correction``), the regularizers (KL in the loss is one of
-them, rlpost/losses/kl.py) and PPO's value loss, then one explicit aggregation
-(rlpost/losses/aggregation.py). TRL's ``loss_type`` branches are never reached.
+weights (vLLM's truncated IS, ``algorithm.correction``), the regularizers' token selection of the policy
+loss (``policy_mask``, e.g. top_entropy), the regularizers (KL in the loss is one of them,
+rlpost/losses/kl.py) and PPO's value loss, then one explicit aggregation (rlpost/losses/aggregation.py),
+plus the regularizer terms that are already reduced (scalars: TRL's entropy bonus). TRL's ``loss_type``
+branches are never reached.
 Seam 5 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
 clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and clipped
 norm would not be the norm of the gradient actually applied).
@@ -13,10 +15,12 @@ Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer an
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import torch
 
 from rlpost.losses.aggregation import aggregate
-from rlpost.losses.base import LossInputs
+from rlpost.losses.base import LossContext, LossInputs
 from rlpost.trainer.corrections import WEIGHT_KEY
 from rlpost.trainer.seam_base import SeamBase
 
@@ -36,6 +40,7 @@ class LossSeams(SeamBase):
         mask = self._loss_mask(inputs) * inputs["rlpost_keep"].unsqueeze(1)
         old_logps = inputs.get("old_per_token_logps")
         advantages = inputs["advantages"]
+        grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
         x = LossInputs(
             logps=logps,
             old_logps=logps.detach() if old_logps is None else old_logps,
@@ -44,6 +49,7 @@ class LossSeams(SeamBase):
             entropies=entropies,
             ref_logps=inputs.get("ref_per_token_logps"),
             batch=inputs,
+            context=self._loss_context(mode, grad_accum),
         )
         x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
         per_token, metrics = algo.loss(x)
@@ -52,9 +58,20 @@ class LossSeams(SeamBase):
             per_token = per_token * inputs["importance_sampling_ratio"]
         if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
             per_token = per_token * inputs[WEIGHT_KEY]
+        for _, regularizer in algo.regularizers:  # token selections of the policy loss (top_entropy), never the KL
+            selected = regularizer.policy_mask(x)
+            if selected is not None:
+                selected = selected.to(per_token.dtype)
+                x = replace(x, policy_mask=selected if x.policy_mask is None else x.policy_mask * selected)
+        if x.policy_mask is not None:
+            per_token = per_token * x.policy_mask
+        reduced = per_token.new_zeros(())  # regularizer terms already reduced to a scalar (TRL's entropy bonus)
         for name, regularizer in algo.regularizers:  # KL in the loss first, when it is on (build.py)
             term, reg_metrics = regularizer(x)
-            per_token = per_token + term
+            if term.dim() == 0:
+                reduced = reduced + term
+            else:
+                per_token = per_token + term
             metrics.update({(name if key == name else f"{name}/{key}"): v for key, v in reg_metrics.items()})
         aux, aux_metrics = algo.rollout.loss_term(x)  # a rollout strategy's own objective (RISE-RL's guided rows)
         if aux is not None:
@@ -62,7 +79,6 @@ class LossSeams(SeamBase):
             metrics.update({f"rlpost/rollout/{key}": v for key, v in aux_metrics.items()})
         per_token = per_token + self._critic_loss(x, metrics)  # PPO's value loss (algorithms/ppo.py); 0 here
 
-        grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
         token_normalizer = inputs["rlpost_num_tokens"].clamp(min=1.0) / self.accelerator.num_processes
         if mode == "train":  # the generation batch spans steps_per_generation micro-batches
             token_normalizer = token_normalizer * grad_accum / self.args.steps_per_generation
@@ -73,13 +89,33 @@ class LossSeams(SeamBase):
             grad_accum=grad_accum,
             token_normalizer=token_normalizer,
             max_completion_length=self.max_completion_length,
+            num_processes=self.accelerator.num_processes,
         )
+        loss = loss + reduced
         metrics["entropy"] = x.masked_mean(entropies.detach())
         for name, value in metrics.items():
             self._metrics[mode][name].append(
                 self.accelerator.gather(torch.tensor(value, device=logps.device)).mean().item()
             )
         return loss
+
+    def _loss_context(self, mode: str, grad_accum: int) -> LossContext:
+        """Where this micro-batch sits: the optimizer-step boundary and the processes' collectives."""
+        accelerator = self.accelerator
+
+        def gather(values: torch.Tensor) -> torch.Tensor:  # 1-D, any length per process; NaN pads are dropped
+            padded = accelerator.pad_across_processes(values.float(), dim=0, pad_index=float("nan"))
+            gathered = accelerator.gather(padded)
+            return gathered[~torch.isnan(gathered)]
+
+        return LossContext(
+            training=mode == "train",
+            grad_accum=grad_accum,
+            step_end=bool(accelerator.sync_gradients) if mode == "train" else True,
+            num_processes=accelerator.num_processes,
+            gather=gather,
+            all_sum=lambda t: accelerator.reduce(t, reduction="sum"),
+        )
 
     def _critic_loss(self, x: LossInputs, metrics: dict[str, float]) -> torch.Tensor | float:
         """Hook: an extra per-token loss term [B, T]; PPOTrainer (algorithms/ppo.py) adds its value loss."""
