@@ -46,7 +46,7 @@ def train(
     if run is None:
         run = build_run(cfg)
     train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
-    _check_eval_columns(run, eval_set)
+    _check_columns(run, train_set, eval_set)
     held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)
     rundir = RunDirectory(run_dir)
@@ -155,7 +155,20 @@ def _set_rows(spec) -> Any:
     return load_datasets(spec.data, spec.transform)[1]
 
 
-def _check_eval_columns(run: BuiltRun, eval_set) -> None:
+def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
+    """Every dataset column a reward term or ``eval.group_by`` names exists, before any model loads."""
+    for name, func in zip(run.reward.names, run.reward.funcs):
+        for param, col in func.data_columns():
+            missing = [
+                split
+                for split, data in (("training", train_set), ("held-out", eval_set))
+                if col not in data.column_names
+            ]
+            if missing:
+                raise ConfigError(
+                    f"reward term {name}: params.{param}={col!r} names no column of the {' and '.join(missing)} data; "
+                    f"its columns are: {', '.join(train_set.column_names)}"
+                )
     group_by = run.settings.eval.group_by
     if group_by is not None and group_by not in eval_set.column_names:
         raise ConfigError(

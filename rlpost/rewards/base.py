@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields, is_dataclass
 from typing import Annotated, Any, ClassVar
 
 from rlpost.core.chat import answer_text
@@ -63,6 +63,18 @@ class Reward(Component):
         """Whether this term's score says a completion is right (``verifiable``); ``env`` is the run's
         environment (None without episodes), for a term that passes on what an environment decided."""
         return self.verifiable
+
+    def data_columns(self) -> list[tuple[str, str]]:
+        """``(param, column)`` for each dataset column this term reads from every row: by default each set
+        ``column`` / ``*_column`` param of its Config. The trainer checks them against the data before any model
+        loads (a typo would otherwise fail every sample at run time); a term reading a column only when present
+        overrides this."""
+        found = []
+        for f in fields(self.cfg) if is_dataclass(self.cfg) else []:
+            value = getattr(self.cfg, f.name)
+            if (f.name == "column" or f.name.endswith("_column")) and isinstance(value, str) and value:
+                found.append((f.name, value))
+        return found
 
     def output_columns(self) -> list[tuple[str, float]] | None:
         """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:

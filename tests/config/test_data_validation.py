@@ -72,3 +72,18 @@ def test_parquet_rows_are_skipped_by_row_number(tmp_path):
 def test_invalid_on_bad_row_lists_the_choices(tmp_path):
     with pytest.raises(ConfigError, match=r"data.on_bad_row='ignore'. Valid choices: fail, skip"):
         from_yaml("jsonl", path="x.jsonl", on_bad_row="ignore")
+
+
+def test_a_reward_column_the_data_lacks_is_an_error_before_any_model_loads():
+    from rlpost.app import compose
+    from rlpost.build import build_run
+    from rlpost.train import _check_columns
+
+    run = build_run(compose(["model=tiny-random", "data.train_size=8", "data.eval_size=4", "eval.size=4"]))
+    train, evals = load_datasets(run.data)
+    _check_columns(run, train, evals)  # math_answer reads `answer`: present
+    typo = build_run(compose(["model=tiny-random", "data.train_size=8", "data.eval_size=4", "eval.size=4",
+                              "reward.terms.0.params.column=answr"]))  # fmt: skip
+    with pytest.raises(ConfigError, match=r"reward term math_answer: params.column='answr' names no column of the "
+                       r"training and held-out data; its columns are: .*answer"):  # fmt: skip
+        _check_columns(typo, train, evals)
