@@ -2,7 +2,7 @@
 
 A run is a *variant*: ``{"label", "trainer": "TRL" | "rlpost", "overrides": [...], "trl": {...}}``.
 Both trainers get the same composed config (``build_run(compose(BASE + overrides))``, as in
-tests/trainer_utils.py): same weights, prompts, seed, group size, lengths, lr 1e-5, fp32 on CPU. A TRL
+tests/support/trainer.py): same weights, prompts, seed, group size, lengths, lr 1e-5, fp32 on CPU. A TRL
 variant additionally gets ``trl`` (its ``loss_type`` settings, which rlpost's bundle reproduces exactly:
 tests/trainer/test_trl_equivalence.py).
 

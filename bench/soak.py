@@ -6,7 +6,7 @@ Two real training runs, each ``rlpost train`` in a fresh subprocess with glibc's
 (Makefile, ``make train``), through the CLI as a user runs it (``rlpost.cli.main``: Hydra, validation,
 rlpost.train.train, final eval, final checkpoint, plots, summary):
 
-- ``tiny``: the tiny random Llama (model=tiny-random, the fast settings of tests/trainer_utils.py TINY)
+- ``tiny``: the tiny random Llama (model=tiny-random, the fast settings of tests/support/trainer.py TINY)
   with periodic eval (``eval.every``), checkpoints (``train.save_steps`` + ``save_total_limit``),
   the rollout replay (``logging.replay=true``) and tensorboard on, so a leak in any of those paths shows;
 - ``smol``: SmolLM2-135M-Instruct (the default model and task) with periodic eval and checkpoints.

@@ -5,11 +5,12 @@ import subprocess
 
 import pytest
 import torch
-from paths import REPO
 
-# fixtures shared across folders: no_launch (tests/support_config.py); the local judge endpoint `server` and
-# its log reset `clear_log` (tests/support_judges.py); `generate_calls`, what TRL was asked to sample (tests/support_rollouts.py)
-pytest_plugins = ["support_config", "support_judges", "support_rollouts"]
+from support.paths import REPO
+
+# fixtures shared across folders: no_launch (tests/support/config.py); the local judge endpoint `server` and
+# its log reset `clear_log` (tests/support/judges.py); `generate_calls`, what TRL was asked to sample (tests/support/rollouts.py)
+pytest_plugins = ["support.config", "support.judges", "support.rollouts"]
 
 os.environ.setdefault("WANDB_MODE", "disabled")
 os.environ.setdefault("HF_HUB_OFFLINE", "1")

@@ -20,7 +20,7 @@ The prefill, other models and other caches run HF's forward, decode products sti
 
 The step computes what HF's layers compute, in float, with some sums in another order (the products, the
 norms' and attention's reductions, fused multiply-adds): equal to HF's forward to float rounding, not
-bitwise, as the kernel is (tests/unit/core/test_fused_decode.py compares logits and sampled tokens).
+bitwise, as the kernel is (tests/unit/generation/test_fused_decode.py compares logits and sampled tokens).
 Embedding, rotary tables, the final norm and the head stay HF's modules (once per step, not per layer).
 """
 

@@ -8,7 +8,7 @@ step copies 110 MB next to the 538 MB of weights it reads. Here each layer alloc
 tokens; an update writes the new positions in place and attention reads a view of the filled part.
 
 The values and their order are those of the dynamic cache, so the samples are bitwise the same
-(tests/unit/core/test_kv_cache.py). A layer that outgrows its capacity (a caller that generates past the
+(tests/unit/generation/test_kv_cache.py). A layer that outgrows its capacity (a caller that generates past the
 length it announced) doubles its buffer, one copy. Decoder-only models with one sequence per row (no beams)
 and no cache of their own get it (``preallocated_generation``); anything else runs ``generate`` unchanged.
 Cost: the buffers, ``2 x layers x B x kv_heads x capacity x head_dim`` floats (SmolLM2, 8 rows x 300

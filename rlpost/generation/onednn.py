@@ -9,7 +9,7 @@ emits), which takes a plain dense weight, strided views included.
 
 ``OneDNNLinear`` computes ``y = x W^T + b`` and its backward (``dx = dy W``, ``dW = dy^T x``,
 ``db = sum dy``) with that op. The numbers are the same matmuls summed in another order: equal to
-float rounding (about 1e-6 relative, tests/unit/core/test_onednn.py), not bitwise. ``use_onednn_linears(model)``
+float rounding (about 1e-6 relative, tests/unit/generation/test_onednn.py), not bitwise. ``use_onednn_linears(model)``
 routes every fp32 ``nn.Linear`` of a model on CPU through it (LoRA's layers included: they are
 ``nn.Linear`` too); any other dtype or device goes to ``F.linear`` per call.
 """

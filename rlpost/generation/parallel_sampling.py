@@ -5,7 +5,7 @@ as ``argmax(probs / q)`` with ``q ~ Exp(1)`` from a serial loop on one core: 7.7
 SmolLM2's 8 x 49,152 probabilities on the 2-core AMD EPYC of bench/RESULTS.md, about a fifth of a fused decode
 step. ``sampling.cpp`` draws the same random bits in the same order under the generator's lock and runs
 PyTorch's own transform, the division and the argmax on PyTorch's threads: the same tokens, and the same
-generator state after the call, bit for bit (tests/unit/core/test_parallel_sampling.py).
+generator state after the call, bit for bit (tests/unit/generation/test_parallel_sampling.py).
 
 ``parallel_multinomial()`` swaps ``torch.multinomial`` within the block for ``multinomial``, which takes the
 calls it computes identically (a contiguous fp32 CPU ``[B, V]`` input, one sample, the default generator, no

@@ -7,7 +7,7 @@ run once per distinct prompt (rows with equal ids and mask), the KV cache is exp
 prompt token of every row, whose logits sample the first completion token exactly as before. Positions
 come from the attention mask as in HF's own prefill, and no random numbers are drawn before sampling,
 so with the same seed the samples are those of plain ``generate`` unless float rounding (the prompt
-runs in a smaller batch) flips one (bench/generation.py and tests/unit/core/test_prefix_generation.py compare).
+runs in a smaller batch) flips one (bench/generation.py and tests/unit/generation/test_prefix_generation.py compare).
 
 It applies to decoder-only text models with HF's default dynamic cache and one sequence per row
 (sampling or greedy, no beams); anything else goes to plain ``generate`` unchanged. Cost: the prefill

@@ -23,7 +23,7 @@ not depend on that route: on a CPU where MKL's ``mm`` wins the training products
 stream the weights through the kernel (``train.cpu_matmul=auto`` times both, rlpost/generation/matmul_choice.py).
 
 The sums run over k in order with one fused multiply-add per term: equal to ``F.linear`` to float rounding
-(about 1e-6 relative), not bitwise, like oneDNN (tests/unit/core/test_skinny_matmul.py).
+(about 1e-6 relative), not bitwise, like oneDNN (tests/unit/generation/test_skinny_matmul.py).
 """
 
 from __future__ import annotations

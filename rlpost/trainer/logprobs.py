@@ -14,8 +14,8 @@ on the completion after it (causal attention), so the prompt forward runs on the
 KV cache is expanded to every row (``index_select``, differentiable) and only the completion tokens run
 per row. With ``train.packing`` (default true) even the completions' padding is not run: each prompt
 and its completions are packed as a block of real tokens (rlpost/logprobs/packing.py). Positions and masks
-are those of the full forward; the numbers are the same to float rounding (tests/unit/core/test_logprobs.py,
-tests/unit/core/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
+are those of the full forward; the numbers are the same to float rounding (tests/unit/logprobs/test_logprobs.py,
+tests/unit/logprobs/test_packing.py). Both need the backbone to honour a KV cache in training (no gradient
 checkpointing) and no forward hooks on the backbone (PPO's critic head reads its output).
 """
 

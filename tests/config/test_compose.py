@@ -12,12 +12,13 @@ from pathlib import Path
 import pytest
 import torch
 from omegaconf import OmegaConf
-from paths import REPO
-from support_config import stand_in_replay
 
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
+
+from support.config import stand_in_replay
+from support.paths import REPO
 
 ROOT = REPO
 CONF = ROOT / "conf"
@@ -60,8 +61,8 @@ NEEDS = {  # options that name reward terms the default reward (math_answer) lac
         "reward=env",
         "data.env.allow_unjailed_code=true",
     ],  # builds with or without a jail  # an environment's reward reaches the run through reward=env
-    ("data/env", "callable"): ["reward=env", "data.env.path=support_envs:CountDown"],
-    ("data/env", "gym"): ["reward=env", "data.env.path=support_envs:GuessNumber"],
+    ("data/env", "callable"): ["reward=env", "data.env.path=support.envs:CountDown"],
+    ("data/env", "gym"): ["reward=env", "data.env.path=support.envs:GuessNumber"],
     ("reward", "env"): ["data/env=calculator"],  # the env term reads episodes
     # OPD's default teacher is Qwen2.5-Coder-0.5B (make qwen), which a fresh CI machine does not have
     ("algorithm", "opd"): ["algorithm.loss.teacher_model=smollm2-135m"],

@@ -16,12 +16,13 @@ from __future__ import annotations
 
 import pytest
 import torch
-from support_pipeline import pipeline_inputs
 
 from rlpost.core.errors import ConfigError
 from rlpost.dev.composition import DOC, columns, matrix, rows, section, updated_doc
 from rlpost.pipeline import PipelineInputs, run_pipeline
 from rlpost.run import BuiltRun
+
+from support.pipeline import pipeline_inputs
 
 pytestmark = pytest.mark.slow
 

@@ -13,9 +13,10 @@ import subprocess
 import sys
 
 import pytest
-from support_config import assert_clean_failure
 
 from rlpost import cli
+
+from support.config import assert_clean_failure
 
 # (test id, argv after `rlpost`, substrings the error message must contain)
 CASES = [
@@ -170,12 +171,12 @@ CASES = [
     ("sdga-without-episodes", ["train", "algorithm/select=sdga_auto"],
      ["algorithm/select=sdga_auto allocates the update", "set data/env"]),
     # arguments only looked up at run time, checked before any model loads (issue 46)
-    ("env-kwargs-unknown", ["train", "data/env=callable", "data.env.path=support_envs:CountDown",
+    ("env-kwargs-unknown", ["train", "data/env=callable", "data.env.path=support.envs:CountDown",
                             "+data.env.kwargs.colour=red", "reward=env"],
-     ["data.env.kwargs ['colour'] do not fit data.env.path='support_envs:CountDown'", "It accepts: turns."]),
-    ("gym-kwargs-unknown", ["train", "data/env=gym", "data.env.path=support_envs:GuessNumber",
+     ["data.env.kwargs ['colour'] do not fit data.env.path='support.envs:CountDown'", "It accepts: turns."]),
+    ("gym-kwargs-unknown", ["train", "data/env=gym", "data.env.path=support.envs:GuessNumber",
                             "+data.env.kwargs.colour=red", "reward=env"],
-     ["data.env.kwargs ['colour'] do not fit data.env.path='support_envs:GuessNumber'", "It accepts: penalty."]),
+     ["data.env.kwargs ['colour'] do not fit data.env.path='support.envs:GuessNumber'", "It accepts: penalty."]),
     ("lora-unknown-target", ["train", "model=tiny-random", "model.lora.enabled=true",
                              "model.lora.target_modules=[nonexistent_proj]"],
      ["model.lora.target_modules: 'nonexistent_proj' names no module of tiny-random-llama",

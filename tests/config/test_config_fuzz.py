@@ -25,14 +25,15 @@ import sys
 from typing import Any
 
 import pytest
-from paths import REPO
-from support_config import assert_clean_failure
 
 from rlpost import app, cli
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import to_container
 from rlpost.dev.config_fields import DeclaredField, declared_fields, ranges_section, unvisited, updated_doc
+
+from support.config import assert_clean_failure
+from support.paths import REPO
 
 FIELDS = [f for f in declared_fields() if f.scalar is not None or f.path is not None]
 PATH_VALUES = ("<empty folder>", "<text file>", "<garbage file>", "abc", 0, ["x"])
@@ -87,8 +88,8 @@ CONTEXT: dict[str, list[str]] = {
         "reward=env",
         "data.env.allow_unjailed_code=true",
     ],  # an environment's reward reaches the run through reward=env
-    "data/env=callable": ["reward=env", "data.env.path=support_envs:CountDown"],
-    "data/env=gym": ["reward=env", "data.env.path=support_envs:GuessNumber"],
+    "data/env=callable": ["reward=env", "data.env.path=support.envs:CountDown"],
+    "data/env=gym": ["reward=env", "data.env.path=support.envs:GuessNumber"],
     "algorithm/advantage=turn_grpo": ["data/env=calculator", "reward=env"],  # per-turn advantages need episodes
 }
 DATA_SOURCES = {"jsonl": "{rows_jsonl}", "parquet": "{rows_parquet}", "hf": "{dataset}"}

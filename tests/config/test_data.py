@@ -7,12 +7,13 @@ from pathlib import Path
 
 import pytest
 import yaml
-from paths import REPO
-from support_config import from_yaml
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.data.sources import DataConfig, load_datasets
+
+from support.config import from_yaml
+from support.paths import REPO
 
 CONF = REPO / "conf" / "data"
 

@@ -6,10 +6,11 @@ import json
 import logging
 
 import pytest
-from support_config import from_yaml
 
 from rlpost.core.errors import ConfigError
 from rlpost.data.sources import SKIPPED, load_datasets
+
+from support.config import from_yaml
 
 GOOD = {"question": "1 + 1?", "answer": "2"}
 BAD_ROWS = [  # (row as written to the jsonl line, message for that line)

@@ -7,12 +7,13 @@ from __future__ import annotations
 import re
 
 import pytest
-from paths import REPO
-from support_config import stand_in_replay
 
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
+
+from support.config import stand_in_replay
+from support.paths import REPO
 
 CONF = REPO / "conf"
 GROUPS = ["algorithm", "algorithm/advantage", "algorithm/loss", "algorithm/correction", "algorithm/rollout",

@@ -19,7 +19,7 @@ import rlpost.build
 import rlpost.train
 from rlpost import cli
 
-from trainer_utils import HASH_REWARD, TINY
+from support.trainer import HASH_REWARD, TINY
 
 FAST = [
     *(o for o in TINY if not o.startswith("train.steps")),

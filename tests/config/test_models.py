@@ -10,13 +10,14 @@ from pathlib import Path
 import pytest
 import torch
 import yaml
-from paths import REPO
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.models import bundled as bundled_models
 from rlpost.models import loading as models
 from rlpost.models.loading import LoraSettings, ModelConfig
+
+from support.paths import REPO
 
 CONF = REPO / "conf" / "model"
 TINY = ModelConfig(source="tiny_random")

@@ -24,7 +24,6 @@ import inspect
 import pytest
 from hydra import compose, initialize_config_dir
 from omegaconf import OmegaConf
-from paths import REPO
 
 import rlpost.components  # noqa: F401  (registers every component)
 from rlpost.advantages.base import ADVANTAGES, Advantage
@@ -41,6 +40,8 @@ from rlpost.rewards.base import REWARDS, Reward
 from rlpost.rollouts.base import ROLLOUTS, RolloutStrategy
 from rlpost.select.base import SELECTORS, Selector
 from rlpost.transforms.base import TRANSFORMS, Transform
+
+from support.paths import REPO
 
 ROOT = REPO
 CONF = ROOT / "conf"

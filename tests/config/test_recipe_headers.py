@@ -13,10 +13,11 @@ import re
 import shlex
 
 import pytest
-from paths import REPO
 
 from rlpost.app import build_run_of, compose
 from rlpost.core.errors import ConfigError
+
+from support.paths import REPO
 
 RECIPES = sorted((REPO / "recipes").glob("*.yaml"))
 NOT_HERE = re.compile(r"no such folder|has no config\.json|does not exist|Install them with: make qwen")

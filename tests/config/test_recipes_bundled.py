@@ -7,11 +7,12 @@ import json
 import math
 
 import pytest
-from paths import REPO
-from support_runs import one_step
 
 from rlpost.dev.iap_data import main as generate_personal_questions
 from rlpost.rewards.rubric import parse_rubric
+
+from support.paths import REPO
+from support.runs import one_step
 
 DATA = REPO / "recipes" / "data"
 TINY_JUDGE = "reward.terms.0.params.judge.model.source=tiny_random"

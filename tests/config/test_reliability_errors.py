@@ -10,9 +10,10 @@ from __future__ import annotations
 import sys
 
 import pytest
-from support_config import assert_clean_failure
 
 from rlpost import cli
+
+from support.config import assert_clean_failure
 
 # (id, argv with {tmp} for the test's folder, substrings of the message)
 CASES = [

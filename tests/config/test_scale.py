@@ -15,7 +15,7 @@ from rlpost.launch import accelerate, checks
 from rlpost.launch.deepspeed import deepspeed_config, write_deepspeed_config
 from rlpost.tools.serve import serve_command
 
-from trainer_utils import HASH_REWARD, TINY, make_run
+from support.trainer import HASH_REWARD, TINY, make_run
 
 CPU = ["hardware.device=cpu", "hardware.precision=fp32"]
 

@@ -14,7 +14,7 @@ from rlpost.core.config import AlgorithmNode
 from rlpost.core.errors import ConfigError
 from rlpost.trainer import RLPostTrainer
 
-from trainer_utils import HASH_REWARD, TINY
+from support.trainer import HASH_REWARD, TINY
 
 EXPECTED = {
     "ppo": "PPOTrainer",

@@ -7,9 +7,10 @@ import json
 
 import pytest
 from safetensors.torch import load_file
-from support_runs import TINY_CLI, run_cli
 
 from rlpost.evaluation.best_checkpoint import RECORD, BestCheckpoint
+
+from support.runs import TINY_CLI, run_cli
 
 
 def saver(tag: str):

@@ -11,7 +11,7 @@ import pytest
 from rlpost.analysis.sweep import summarize_sweep
 from rlpost.runs.checkpoints import CheckpointWriteError, latest_checkpoint
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 def test_disk_full_while_saving_names_the_last_good_checkpoint(tmp_path, monkeypatch):

@@ -9,8 +9,9 @@ from pathlib import Path
 
 import pytest
 import torch
-from paths import REPO
 from safetensors.torch import load_file
+
+from support.paths import REPO
 
 
 def rlpost(args: list[str], cwd: Path, timeout: int = 900) -> subprocess.CompletedProcess:

@@ -6,12 +6,13 @@ import json
 import math
 
 import pytest
-from support_runs import QUICK, rlpost
+
+from support.runs import QUICK, rlpost
 
 EPISODES = [
     "data/env=callable",
-    "data.env.path=support_envs:CountDown",
-    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]",
+    "data.env.path=support.envs:CountDown",
+    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]",
 ]
 
 

@@ -8,13 +8,14 @@ import json
 import math
 
 import pytest
-from support_runs import TINY_CLI
 
 from rlpost import cli
 from rlpost.models.flops import flops_per_token, model_parameters
 from rlpost.runs.callbacks import held_out_summary
 
-HASH = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+from support.runs import TINY_CLI
+
+HASH = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
 ARITH = "{name: arith, data: chain_sum, reward: math_answer, size: 3, samples: 2, pass_k: [1, 2]}"
 
 

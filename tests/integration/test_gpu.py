@@ -18,9 +18,9 @@ import signal
 
 import pytest
 import torch
-from support_runs import NOT_COMPARED, finish, launch, metrics, run_dirs, wait_for
 
-from trainer_utils import make_run, step_logs, train_plain_trl, train_rlpost
+from support.runs import NOT_COMPARED, finish, launch, metrics, run_dirs, wait_for
+from support.trainer import make_run, step_logs, train_plain_trl, train_rlpost
 
 pytestmark = pytest.mark.gpu
 GPU = ["hardware=gpu", "train.steps=2", "eval.size=8"]
@@ -118,7 +118,7 @@ def test_sigkill_then_resume_matches_uninterrupted_on_gpu(tmp_path):
 def test_episodes_train_and_evaluate_on_gpu(tmp_path):
     # a frozen worker model on the GPU inside the environment, episodes through TRL's rollout_func, held-out episodes
     worker = ["data/env=frozen_worker", "data.env.worker_model=tiny-random", "data.env.worker_max_new_tokens=4"]
-    terms = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+    terms = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
     code, _, err = finish(launch(tmp_path, *GPU, "eval.at_end=true", *worker, terms))
     assert code == 0, err[-4000:]
     (run,) = run_dirs(tmp_path)

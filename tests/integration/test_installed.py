@@ -5,19 +5,24 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 import sysconfig
 
 import pytest
+
 from support.paths import REPO
 
 
 @pytest.mark.slow
 def test_a_non_editable_install_trains_from_an_empty_directory(tmp_path):
-    wheels, venv, work = tmp_path / "wheels", tmp_path / "venv", tmp_path / "empty"
+    wheels, venv, work, src = tmp_path / "wheels", tmp_path / "venv", tmp_path / "empty", tmp_path / "src"
     pip = [sys.executable, "-m", "pip"]
-    subprocess.run([*pip, "wheel", str(REPO), "--no-deps", "-q", "-w", str(wheels)], check=True, capture_output=True)
+    for name in ("pyproject.toml", "README.md", "rlpost", "conf", "recipes"):  # setuptools builds in its source tree
+        copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
+        copy(REPO / name, src / name, **({"symlinks": True} if (REPO / name).is_dir() else {}))
+    subprocess.run([*pip, "wheel", str(src), "--no-deps", "-q", "-w", str(wheels)], check=True, capture_output=True)
     (wheel,) = wheels.glob("rlpost-*.whl")
     subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(venv)], check=True)
     site = next((venv / "lib").glob("python3*/site-packages"))

@@ -1,6 +1,6 @@
 """One writer per path with 2 processes (gloo): every kind of file a run writes (rlpost/runs/ranks.py).
 
-Each test starts two real processes (RANK 0 and 1, as torchrun would) running tests/support_ranks.py:
+Each test starts two real processes (RANK 0 and 1, as torchrun would) running tests/support/ranks.py:
 every repeat both ranks reach the write with a random 0-60 ms skew and call the same rlpost function;
 the files on disk must then be exactly one writer's, complete, and no staging or temp file may be left.
 
@@ -20,9 +20,9 @@ import sys
 from pathlib import Path
 
 import pytest
-from paths import SUPPORT
 
-TESTS = SUPPORT
+from support.paths import TESTS
+
 REPEATS = 30
 FINAL_REPEATS = 60  # the race this test guards against hit 9% of repeats (module docstring)
 
@@ -34,17 +34,17 @@ def free_port() -> int:
 
 
 def two_ranks(kind: str, folder: Path, repeats: int = REPEATS) -> dict:
-    """Run ``support_ranks.py kind`` on ranks 0 and 1; rank 0's RESULT line."""
+    """Run ``support/ranks.py kind`` on ranks 0 and 1; rank 0's RESULT line."""
     folder.mkdir(parents=True, exist_ok=True)
     port = free_port()
     env = {**os.environ, "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(port)}
     env |= {
         "OMP_NUM_THREADS": "1",
-        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), os.environ.get("PYTHONPATH", "")]),
+        "PYTHONPATH": os.pathsep.join([str(TESTS.parent), str(TESTS), os.environ.get("PYTHONPATH", "")]),
     }
     procs = [
         subprocess.Popen(
-            [sys.executable, str(TESTS / "support_ranks.py"), kind, str(folder), str(repeats)],
+            [sys.executable, "-m", "support.ranks", kind, str(folder), str(repeats)],
             env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
             stdout=subprocess.PIPE,
             stderr=subprocess.PIPE,

@@ -17,16 +17,17 @@ import signal
 from pathlib import Path
 
 import pytest
-from support_runs import NOT_COMPARED, finish, launch, metrics, run_dirs, wait_for
 
 from rlpost.core.errors import ConfigError
 from rlpost.runs.checkpoints import is_complete, latest_checkpoint, remove_stale_staging, resolve_resume
 from rlpost.runs.preemption import EXIT_PREEMPTED
 
+from support.runs import NOT_COMPARED, finish, launch, metrics, run_dirs, wait_for
+
 ENV_EPISODES = [  # episodes whose start depends on the environment's reset seed (rlpost/trainer/episodes.py)
     "data/env=callable",
-    "data.env.path=support_envs:CountDown",
-    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]",
+    "data.env.path=support.envs:CountDown",
+    "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]",
 ]
 
 

@@ -14,10 +14,11 @@ import signal
 import subprocess
 
 import pytest
-from support_runs import NOT_COMPARED, finish, launch, metrics, wait_for
 
 from rlpost.core.errors import EXIT_PREEMPTED, RunStopped
 from rlpost.runs.checkpoints import is_complete, latest_checkpoint
+
+from support.runs import NOT_COMPARED, finish, launch, metrics, wait_for
 
 TWO = ["hardware.num_processes=2", "hardware.device=cpu", "hardware.precision=fp32"]
 
@@ -159,7 +160,7 @@ def test_disk_full_during_the_final_save_keeps_the_last_checkpoint(small_disk, m
     import rlpost.train as train_module
     from rlpost.app import compose
 
-    from trainer_utils import HASH_REWARD, TINY
+    from support.trainer import HASH_REWARD, TINY
 
     real_save = train_module._save_final
 
@@ -194,22 +195,22 @@ def test_disk_full_during_the_final_save_keeps_the_last_checkpoint(small_disk, m
 ENV_TERM = "reward.terms=[{name: env}]"
 BROKEN = {  # a failure on every sample, from each place a reward can fail; what the first message must say
     "env-reset-raises": (
-        ["data/env=callable", "data.env.path=support_envs:RaisesOnReset", ENV_TERM],
+        ["data/env=callable", "data.env.path=support.envs:RaisesOnReset", ENV_TERM],
         ["reward term 'env' failed on 8 of 8 samples at step 1", "RuntimeError: the environment could not start",
-         "support_envs.py:", "in reset)"],
+         "support/envs.py:", "in reset)"],
     ),
     "env-step-wrong-type": (
-        ["data/env=callable", "data.env.path=support_envs:WrongStepType", ENV_TERM],
+        ["data/env=callable", "data.env.path=support.envs:WrongStepType", ENV_TERM],
         ["reward term 'env' failed on 8 of 8 samples at step 1", "WrongStepType.step returned str"],
     ),
     "env-step-timeout": (
-        ["data/env=callable", "data.env.path=support_envs:SlowStep", "data.env.step_timeout_s=0.2", ENV_TERM],
+        ["data/env=callable", "data.env.path=support.envs:SlowStep", "data.env.step_timeout_s=0.2", ENV_TERM],
         ["reward term 'env' failed on 8 of 8 samples at step 1", "env.step ran past 0.2 s"],
     ),
     "reward-raises": (
-        ["reward.terms=[{name: callable, params: {path: 'support_faults:always_raises'}}]"],
+        ["reward.terms=[{name: callable, params: {path: 'support.faults:always_raises'}}]"],
         ["reward term 'callable' failed on 8 of 8 samples at step 1", "KeyError: 'gold_answer'",
-         "support_faults.py:", "in always_raises)"],
+         "support/faults.py:", "in always_raises)"],
     ),
 }  # fmt: skip
 

@@ -6,10 +6,11 @@ import json
 import threading
 
 from omegaconf import OmegaConf
-from support_runs import finish, launch, metrics
 
 from rlpost.runs.claim import LOCK
 from rlpost.runs.rundir import RunDirectory, write_atomic
+
+from support.runs import finish, launch, metrics
 
 
 def test_concurrent_atomic_writes_never_collide(tmp_path):

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 import torch
-from paths import REPO
 from safetensors.torch import load_file
-from support_runs import QUICK, rlpost
+
+from support.paths import REPO
+from support.runs import QUICK, rlpost
 
 ROOT = REPO
 CPU_ZERO = ["hardware.device=cpu", "hardware.precision=fp32", "hardware.num_processes=2"]

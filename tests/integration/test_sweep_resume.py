@@ -16,11 +16,12 @@ from pathlib import Path
 
 import pytest
 from omegaconf import OmegaConf
-from support_runs import QUICK, rlpost
 
 from rlpost.analysis.sweep import Job, summary_rows
 from rlpost.core.errors import ConfigError
 from rlpost.launch.sweep_resume import CONTINUE, FINISHED, FRESH, job_state, resolve_sweep_resume
+
+from support.runs import QUICK, rlpost
 
 
 def config(seed: int, **extra) -> dict:

@@ -12,10 +12,11 @@ import sys
 from pathlib import Path
 
 import pytest
-from support_runs import QUICK
 
 from rlpost.rewards.base import ParamError
 from rlpost.rewards.callable import CallableReward
+
+from support.runs import QUICK
 
 SCRIPT = Path(sys.executable).with_name("rlpost")  # the console script installed next to this python
 REWARD = """import zlib

@@ -9,7 +9,7 @@ import torch
 
 from rlpost.advantages.group_norm import GroupNorm
 
-from trainer_utils import make_run, step_logs, train_rlpost
+from support.trainer import make_run, step_logs, train_rlpost
 
 
 class Spy:
@@ -33,8 +33,8 @@ class Spy:
 
 
 TWO_TERMS = (
-    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}},"
-    " {name: callable, weight: 0.5, params: {path: 'support_rewards:binary_hash_reward'}}]"
+    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}},"
+    " {name: callable, weight: 0.5, params: {path: 'support.rewards:binary_hash_reward'}}]"
 )
 INTEGRATION = {
     "hargo": (

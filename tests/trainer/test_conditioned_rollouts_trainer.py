@@ -1,7 +1,7 @@
 """The conditioned second rollouts (rlpost/rollouts/conditioned.py) through the real RLPostTrainer (tiny model,
 2 steps): DITTO's feedback, HindSearch's critique, RISE-RL's guidance and StructPO's stage-wise
 revision are sampled under their conditioned prompt and trained under the original one
-(tests/support_rollouts.py holds the harness)."""
+(tests/support/rollouts.py holds the harness)."""
 
 from __future__ import annotations
 
@@ -9,8 +9,9 @@ import math
 
 import pytest
 import torch
-from support_judges import requests_for
-from support_rollouts import ROWS, check_trained_under_original_prompt, data_files, logged, original_prompt_ids, train
+
+from support.judges import requests_for
+from support.rollouts import ROWS, check_trained_under_original_prompt, data_files, logged, original_prompt_ids, train
 
 
 def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tmp_path, generate_calls, server):

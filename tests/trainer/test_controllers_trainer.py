@@ -9,7 +9,7 @@ import torch
 
 from rlpost.runs.state import STATE_FILE
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from support.trainer import make_run, rlpost_trainer, step_logs, train_rlpost
 
 ENTROPY = "algorithm.regularizers.entropy"
 KL = "algorithm.regularizers.adaptive_kl"

@@ -8,7 +8,7 @@ import torch
 
 from rlpost.runs.state import STATE_FILE
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 class Recorder:

@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-from support_judges import requests_for
 
 from rlpost.algorithms import trainer_class
 from rlpost.app import compose
@@ -20,9 +19,10 @@ from rlpost.core.errors import ConfigError
 from rlpost.data.sources import load_datasets
 from rlpost.models.loading import load_model, load_tokenizer
 
-from trainer_utils import TINY, grpo_args, step_logs
+from support.judges import requests_for
+from support.trainer import TINY, grpo_args, step_logs
 
-COUNTDOWN = ["data/env=callable", "data.env.path=support_envs:CountDown", "+data.env.kwargs.turns=3", "reward=env"]
+COUNTDOWN = ["data/env=callable", "data.env.path=support.envs:CountDown", "+data.env.kwargs.turns=3", "reward=env"]
 
 
 def ends_turns_soon(model, tok, bias: float = 9.0) -> None:
@@ -179,7 +179,7 @@ def test_cusearch_selection_halves_the_update_and_checkpoints_its_threshold(tmp_
 
 
 # a random policy never books right: a hash of the text next to the booking reward gives the group a spread
-BOOKING_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+BOOKING_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
 
 
 def test_interactive_rl_against_an_aligned_simulator_judged_by_scripted_users(tmp_path, monkeypatch):
@@ -216,9 +216,9 @@ def test_skiller_skill_documents_train_against_a_frozen_executor_and_a_critic(tm
     # SKILLER (seed 000 #2): the tiny policy writes two skill documents per episode, a tiny-random executor solves
     # 2 held-in tasks with each, the critic (the fake endpoint) writes feedback between them; a random executor
     # never solves a task, so a hash term beside env gives the group the reward differences the update needs
-    from support_judges import requests_for
+    from support.judges import requests_for
 
-    hashed = "{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}"
+    hashed = "{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}"
     skiller = [
         "data/env=skill_executor",
         "data=skill_families",

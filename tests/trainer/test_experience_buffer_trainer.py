@@ -6,8 +6,6 @@ from __future__ import annotations
 import math
 
 import torch
-from support_judges import requests_for
-from support_rollouts import ROWS, Recorder, data_files, logged
 from test_env_trainer import ends_turns_soon
 
 from rlpost.data.sources import load_datasets
@@ -16,12 +14,14 @@ from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rollouts.experience_buffer import HEADER, ExperienceBuffer
 from rlpost.runs.state import STATE_FILE
 
-from trainer_utils import grpo_args, make_run, step_logs
+from support.judges import requests_for
+from support.rollouts import ROWS, Recorder, data_files, logged
+from support.trainer import grpo_args, make_run, step_logs
 
 # the worker never answers right (random weights): a hash term gives the group rewards a spread to learn from
 TERMS = (
     "reward.terms=[{name: env, weight: 1.0, params: {}}, "
-    "{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+    "{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
 )
 OVERRIDES = [
     "data/env=frozen_worker",
@@ -29,7 +29,7 @@ OVERRIDES = [
     "data.env.worker_max_new_tokens=4",
     TERMS,
     "algorithm/rollout=experience_buffer",
-    "algorithm.rollout.critic.backend=openai",  # the fake endpoint (tests/support_judges.py); a random model writes
+    "algorithm.rollout.critic.backend=openai",  # the fake endpoint (tests/support/judges.py); a random model writes
 ]  # nothing readable, and the local critic's path is the writer's (tests of feedback_refine)
 STEPS = ["train.steps=2", "train.save_steps=2"]
 

@@ -8,13 +8,13 @@ from __future__ import annotations
 import math
 
 import torch
-from support_judges import requests_for
-from support_rollouts import Recorder, data_files, logged, original_prompt_ids, unpadded
 
 from rlpost.data.sources import load_datasets
 from rlpost.models.loading import load_model, load_tokenizer
 
-from trainer_utils import grpo_args, make_run
+from support.judges import requests_for
+from support.rollouts import Recorder, data_files, logged, original_prompt_ids, unpadded
+from support.trainer import grpo_args, make_run
 
 ARMS = ["none", "hint", "critique", "draft", "extra"]
 

@@ -11,7 +11,6 @@ import math
 
 import pytest
 import torch
-from support_rollouts import Recorder
 from test_env_trainer import ends_turns_soon
 
 from rlpost.app import compose
@@ -21,11 +20,12 @@ from rlpost.envs.diagnose_revise import parse_diagnosis
 from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rewards.math_answer import gold_number, last_number
 
-from trainer_utils import TINY, grpo_args, step_logs
+from support.rollouts import Recorder
+from support.trainer import TINY, grpo_args, step_logs
 
 # the episode reward (column 0) and a hash of the text: the tiny model is rarely right, the hash gives every group
 # a spread to follow, so parameters move even when no episode scores
-ENV_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+ENV_AND_HASH = "reward.terms=[{name: env, weight: 1.0}, {name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
 ROWS = [{"question": f"What is {a} + {b}?", "answer": str(a + b)} for a, b in [(1, 2), (3, 4), (2, 2), (5, 3)]]
 
 

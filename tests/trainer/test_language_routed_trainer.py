@@ -8,12 +8,12 @@ import math
 
 import pytest
 import torch
-from support_rollouts import data_files, logged, train, unpadded
 from transformers import TrainerCallback
 
 from rlpost.runs.state import STATE_FILE
 
-from trainer_utils import make_run, rlpost_trainer
+from support.rollouts import data_files, logged, train, unpadded
+from support.trainer import make_run, rlpost_trainer
 
 LRPO = ["algorithm/rollout=language_routed", "algorithm.rollout.languages=[English, French, German]"]
 

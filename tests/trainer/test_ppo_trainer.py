@@ -9,14 +9,14 @@ import sys
 
 import pytest
 import torch
-from paths import REPO
 from safetensors.torch import load_file
 from transformers import TrainerCallback
 
 from rlpost.algorithms.ppo import CRITIC_FILE, PPOTrainer
 from rlpost.models.loading import load_model
 
-from trainer_utils import HASH_REWARD, make_run, rlpost_trainer, step_logs, train_rlpost
+from support.paths import REPO
+from support.trainer import HASH_REWARD, make_run, rlpost_trainer, step_logs, train_rlpost
 
 ONE_EPOCH = ["train.steps=2", "train.micro_batch_size=4", "algorithm.critic.learning_rate=1e-2"]
 

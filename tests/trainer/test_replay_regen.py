@@ -24,7 +24,7 @@ from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.runs.replay import COLUMNS, ReplayWriter, as_text, read_meta, tokenizer_fingerprint
 from rlpost.train import train
 
-from trainer_utils import HASH_REWARD, TINY, grpo_args, rlpost_trainer
+from support.trainer import HASH_REWARD, TINY, grpo_args, rlpost_trainer
 
 NO_EVAL = ["eval.at_start=false", "eval.at_end=false", "logging.plots=false"]
 

@@ -7,14 +7,14 @@ import math
 
 import pytest
 import torch
-from support_faults import broken_reward, slow_reward
 
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
 from rlpost.scoring.guard import FailurePolicy, GuardedReward, RewardFailure, take_failure_counts
 
-from trainer_utils import TINY, rlpost_trainer, step_logs
+from support.faults import broken_reward, slow_reward
+from support.trainer import TINY, rlpost_trainer, step_logs
 
 
 def raise_on_b(prompts, completions, **kwargs):
@@ -59,8 +59,8 @@ def test_wrong_length_and_a_dead_service_are_failures():
 
 def test_policy_from_config_global_and_per_term():
     terms = (
-        "reward.terms=[{name: callable, params: {path: 'support_rewards:text_hash_reward'}},"
-        " {name: callable, on_failure: abort, timeout_s: 2.5, params: {path: 'support_faults:flaky_reward'}}]"
+        "reward.terms=[{name: callable, params: {path: 'support.rewards:text_hash_reward'}},"
+        " {name: callable, on_failure: abort, timeout_s: 2.5, params: {path: 'support.faults:flaky_reward'}}]"
     )
     run = build_run(compose([*TINY, terms, "reward.on_failure=zero"]))
     assert run.reward.failure == [FailurePolicy("zero", None), FailurePolicy("abort", 2.5)]
@@ -72,8 +72,8 @@ def test_policy_from_config_global_and_per_term():
 
 def test_training_survives_a_raising_reward_and_logs_the_failures(tmp_path):
     terms = (
-        "reward.terms=[{name: callable, params: {path: 'support_rewards:text_hash_reward'}},"
-        " {name: callable, params: {path: 'support_faults:flaky_reward'}}]"
+        "reward.terms=[{name: callable, params: {path: 'support.rewards:text_hash_reward'}},"
+        " {name: callable, params: {path: 'support.faults:flaky_reward'}}]"
     )
     run = build_run(compose([*TINY, terms, "train.steps=2"]))
     trainer = rlpost_trainer(run, tmp_path)

@@ -8,14 +8,15 @@ from collections import Counter
 
 import pytest
 import torch
-from paths import SUPPORT
 
 from rlpost.core.chat import completion_text
 from rlpost.models.loading import load_model
 
+from support.paths import TESTS
+
 
 def test_two_steps_majority_vote_and_core(tmp_path):
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     # answer: text -> each completion's whole text is its answer, so the random tiny model still
     # produces agreements and ties (a number-only answer would leave most groups unparsable)
@@ -53,7 +54,7 @@ def test_two_steps_majority_vote_and_core(tmp_path):
 
 
 def test_mean_rollout_logprobs_match_the_loss_forward(tmp_path):
-    from trainer_utils import make_run, rlpost_trainer
+    from support.trainer import make_run, rlpost_trainer
 
     run = make_run(["train.steps=1"])
     trainer = rlpost_trainer(run, tmp_path)
@@ -73,7 +74,7 @@ def test_mean_rollout_logprobs_match_the_loss_forward(tmp_path):
 
 
 def test_two_steps_focal_over_majority_vote_and_group_diversity(tmp_path):
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     terms = (
         "reward.terms=[{name: majority_vote, weight: 1.0, params: {answer: text}},"
@@ -102,11 +103,14 @@ def test_group_straddling_two_trainer_processes(tmp_path):
     import subprocess
     import sys
 
-    tests = SUPPORT
-    env = {**os.environ, "PYTHONPATH": f"{tests.parent}{os.pathsep}{os.environ.get('PYTHONPATH', '')}"}
+    tests = TESTS
+    env = {
+        **os.environ,
+        "PYTHONPATH": os.pathsep.join([str(tests.parent), str(tests), os.environ.get("PYTHONPATH", "")]),
+    }
     env["OMP_NUM_THREADS"] = "1"
     cmd = [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2"]
-    done = subprocess.run([*cmd, str(tests / "support_group_mp.py"), str(tmp_path)], env=env, capture_output=True)
+    done = subprocess.run([*cmd, "--module", "support.group_mp", str(tmp_path)], env=env, capture_output=True)
     assert done.returncode == 0, done.stderr.decode()[-3000:]
     ranks = [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in (0, 1)]
     assert ranks[0]["world"] == 2 and [len(r["local"]) for r in ranks] == [2, 2]  # the group of 4 straddles

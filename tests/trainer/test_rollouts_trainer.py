@@ -1,7 +1,7 @@
 """Each rollout strategy through the real RLPostTrainer (tiny model, 2 steps): the groups really
 contain what the strategy promises, the rewards it sets reach the advantage, parameters move and
 its metrics are logged. TRL's own ``_generate`` is wrapped to record what it was asked to sample
-(tests/support_rollouts.py). The conditioned second rollouts: tests/trainer/test_conditioned_rollouts_trainer.py."""
+(tests/support/rollouts.py). The conditioned second rollouts: tests/trainer/test_conditioned_rollouts_trainer.py."""
 
 from __future__ import annotations
 
@@ -9,10 +9,11 @@ import json
 import math
 
 import pytest
-from support_rollouts import ROWS, data_files, logged, train, unpadded
 
 from rlpost.rewards.math_answer import gold_number
 from rlpost.rollouts.draft_injection import is_correct
+
+from support.rollouts import ROWS, data_files, logged, train, unpadded
 
 
 # ---- forced_refusal (RC-GRPO, seed 000 #9) --------------------------------------------------

@@ -8,7 +8,7 @@ import math
 import torch
 from test_env_trainer import env_trainer
 
-from trainer_utils import step_logs
+from support.trainer import step_logs
 
 SAFETY_DATA = ["data=jsonl", "data.path=recipes/data/safety_prompts.jsonl",
                "data.eval_split=recipes/data/safety_prompts_eval.jsonl"]  # fmt: skip

@@ -6,14 +6,14 @@ import json
 import math
 
 import torch
-from support_safety import Recorder, same
 
 from rlpost.runs.state import STATE_FILE
 from rlpost.trainer import RLPostTrainer
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from support.safety import Recorder, same
+from support.trainer import make_run, rlpost_trainer, step_logs, train_rlpost
 
-COLLAPSE = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_safety:collapsing_reward'}}]"
+COLLAPSE = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.safety:collapsing_reward'}}]"
 
 
 def metric(trainer, key: str) -> list[float]:

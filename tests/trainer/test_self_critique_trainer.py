@@ -9,9 +9,10 @@ import math
 
 import pytest
 import torch
-from support_rollouts import data_files, logged, original_prompt_ids, train, unpadded
 
 from rlpost.rollouts.self_critique import CRITIC, REFINED, critic_advantages, critic_rewards, layout
+
+from support.rollouts import data_files, logged, original_prompt_ids, train, unpadded
 
 G, K = 6, 2  # 2 natural, 2 critic, 2 refined rows per group
 

@@ -5,9 +5,9 @@ import math
 import pytest
 import torch
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from support.trainer import make_run, rlpost_trainer, step_logs, train_rlpost
 
-BINARY = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:binary_hash_reward'}}]"
+BINARY = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:binary_hash_reward'}}]"
 
 
 def metric(trainer, key: str) -> list[float]:
@@ -183,7 +183,7 @@ def test_wandb_offline_and_tensorboard_log_into_the_run_directory(tmp_path):
     from rlpost.app import compose
     from rlpost.train import train
 
-    from trainer_utils import HASH_REWARD, TINY
+    from support.trainer import HASH_REWARD, TINY
 
     cfg = compose([*TINY, HASH_REWARD, "train.steps=1", "logging.wandb=offline", "logging.tensorboard=true"])
     summary = train(cfg, tmp_path / "run")
@@ -196,7 +196,7 @@ def test_the_logged_reward_is_the_reward_trained_on(tmp_path):
     # two terms, weights 0.25 and 0: TRL's own `reward` would be their unit-weight sum (the hash reward plus
     # math_answer); the logged one is the run's weighted reward, mean 0.25 x hash, with the overlong penalty
     terms = (
-        "reward.terms=[{name: callable, weight: 0.25, params: {path: 'support_rewards:binary_hash_reward'}},"
+        "reward.terms=[{name: callable, weight: 0.25, params: {path: 'support.rewards:binary_hash_reward'}},"
         "{name: math_answer, weight: 0.0}]"
     )
     run = make_run([terms, "algorithm.overlong.soft_penalty=true", "algorithm.overlong.cache_len=4", "train.steps=2"])

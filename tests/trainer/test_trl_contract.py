@@ -21,13 +21,14 @@ from pathlib import Path
 import pytest
 import transformers
 import trl
-from paths import REPO
 from trl import GRPOTrainer
 
 from rlpost.algorithms.ppo import PPOTrainer
 from rlpost.algorithms.regen import RegenTrainer
 from rlpost.core.component import Component
 from rlpost.trainer import RLPostTrainer
+
+from support.paths import REPO
 
 ROOT = REPO
 TRAINER_SOURCES = [*sorted((ROOT / "rlpost" / "trainer").glob("*.py")), *(ROOT / "rlpost" / "algorithms").glob("*.py")]
@@ -156,7 +157,7 @@ def trl_reads() -> set[str]:
 @pytest.fixture(scope="module")
 def plain_trainer(tmp_path_factory):
     """A real GRPOTrainer on the tiny model: the object whose attributes rlpost reads."""
-    from trainer_utils import make_run, train_plain_trl
+    from support.trainer import make_run, train_plain_trl
 
     run = make_run(["train.steps=1"])
     return train_plain_trl(run, tmp_path_factory.mktemp("plain"))

@@ -27,7 +27,7 @@ import pytest
 from trl import GRPOConfig, GRPOTrainer
 from trl.experimental.gmpo import GMPOConfig, GMPOTrainer
 
-from trainer_utils import make_run, step_logs, train_plain_trl, train_rlpost
+from support.trainer import make_run, step_logs, train_plain_trl, train_rlpost
 
 OFF_POLICY = ["train.num_iterations=2"]
 ENTROPY = "algorithm.regularizers.entropy"
@@ -37,8 +37,8 @@ TRL_ADAPTIVE = dict(
     use_adaptive_entropy=True, entropy_coef=0.01, entropy_coef_delta=0.05, entropy_coef_max=0.08, entropy_target=100.0
 )
 TWO_TERMS = (  # two reward terms of different scales ([0, 1) and [0, 3)), weighted 1 and 0.5
-    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}},"
-    "{name: callable, weight: 0.5, params: {path: 'support_rewards:text_hash_reward_b'}}]"
+    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}},"
+    "{name: callable, weight: 0.5, params: {path: 'support.rewards:text_hash_reward_b'}}]"
 )
 
 CASES = {

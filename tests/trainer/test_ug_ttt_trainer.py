@@ -18,7 +18,7 @@ from rlpost.core.errors import ConfigError
 from rlpost.models.loading import ModelConfig, load_model
 from rlpost.models.lora_ensemble import ENSEMBLE_FILE, merge_saved_ensemble
 
-from trainer_utils import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
+from support.trainer import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
 
 UG = ["algorithm=ug_ttt", "train.steps=2", "train.save_steps=2", "train.num_generations=4"]
 

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from support_advantages import X, batch, close, grpo
 
 from rlpost.advantages.base import ADVANTAGES
 from rlpost.advantages.hargo import HARGO
@@ -22,6 +21,8 @@ from rlpost.core.schema import build_config
 from rlpost.rewards.ternary_abstention import TernaryAbstention
 from rlpost.run import REFERENCE_ONLY_BETA
 from rlpost.tools import listing
+
+from support.advantages import X, batch, close, grpo
 
 
 def test_registered_with_seed_references_in_rlpost_list():

@@ -16,7 +16,7 @@ from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import LossInputs
 from rlpost.losses.clip import Clip
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 def batch(rewards, logps, ref_logps, mask, g=2) -> GroupBatch:

@@ -8,7 +8,7 @@ import torch
 from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.ed import ExplorationDriven, surprisal
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 def batch(rewards, logps, mask) -> GroupBatch:

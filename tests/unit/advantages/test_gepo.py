@@ -17,7 +17,7 @@ from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.runs.state import STATE_FILE, load_component_state, save_component_state
 
-from trainer_utils import make_run, rlpost_trainer, step_logs, train_rlpost
+from support.trainer import make_run, rlpost_trainer, step_logs, train_rlpost
 
 X = 0.5 / (math.sqrt(0.5) + 1e-4)  # 0.707007: GRPO advantage of rewards [1, 0] (mean .5, unbiased std sqrt(.5))
 S23 = math.sqrt(2 / 3)  # 0.816497: population std of [1, 2, 3]

@@ -14,7 +14,7 @@ from rlpost.core.errors import ConfigError
 from rlpost.models.critic import completion_values, value_loss
 from rlpost.tools.explain import explain
 
-from trainer_utils import HASH_REWARD, TINY
+from support.trainer import HASH_REWARD, TINY
 
 
 def close(a, b, tol=1e-6):

@@ -4,7 +4,6 @@ and config errors (2 real trainer steps each: test_advantages_seeds_trainer.py).
 
 import pytest
 import torch
-from support_advantages import XH, X, batch, close, grpo
 
 from rlpost.advantages.pmi_tokens import PMITokens
 from rlpost.advantages.routed import Route, Routed
@@ -14,6 +13,8 @@ from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
+
+from support.advantages import XH, X, batch, close, grpo
 
 
 # ---- spans -------------------------------------------------------------------------------------------

@@ -9,7 +9,6 @@ import math
 import numpy as np
 import pytest
 import torch
-from support_runs import one_step
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
@@ -27,6 +26,8 @@ from rlpost.data.formula_panel import (
 )
 from rlpost.envs.base import build_env
 from rlpost.runs.state import STATE_FILE, state_restored
+
+from support.runs import one_step
 
 # 2 days x 3 stocks
 HAND = Panel(

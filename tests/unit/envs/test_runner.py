@@ -103,7 +103,7 @@ def test_episode_limits_end_the_episode(tok):
 
 
 def test_a_hanging_environment_is_stopped_at_its_timeout_and_the_others_go_on(tok):
-    hangs = build_env({"name": "callable", "path": "support_envs:Hangs", "step_timeout_s": 0.5, "max_turns": 3})
+    hangs = build_env({"name": "callable", "path": "support.envs:Hangs", "step_timeout_s": 0.5, "max_turns": 3})
     rows = [{"prompt": [{"role": "user", "content": "x"}]}] * 2
     results = run_episodes(hangs, rows, [0, 0], ChatRenderer(tok), scripted(tok, ["a", "b", "c"]),
                            {tok.eos_token_id})  # fmt: skip
@@ -113,7 +113,7 @@ def test_a_hanging_environment_is_stopped_at_its_timeout_and_the_others_go_on(to
 
 
 def test_an_environment_that_raises_follows_reward_on_failure(tok):
-    raises = build_env({"name": "callable", "path": "support_envs:Raises"})
+    raises = build_env({"name": "callable", "path": "support.envs:Raises"})
     calcs = calc()
     rows = [{"prompt": [{"role": "user", "content": "2+2?"}], "answer": "4"}]
     (bad,) = run_episodes(raises, rows, [0], ChatRenderer(tok), scripted(tok, ["4"]), {tok.eos_token_id})
@@ -131,13 +131,13 @@ def test_an_environment_that_raises_follows_reward_on_failure(tok):
 
 
 def test_user_environment_by_import_path_and_the_gymnasium_adapter(tok):
-    count = build_env({"name": "callable", "path": "support_envs:CountDown", "kwargs": {"turns": 2}})
+    count = build_env({"name": "callable", "path": "support.envs:CountDown", "kwargs": {"turns": 2}})
     rows = [{"prompt": [{"role": "user", "content": "hi"}]}]
     (r,) = run_episodes(count, rows, [7], ChatRenderer(tok), scripted(tok, ["a", "b", "c"]), {tok.eos_token_id})
     assert r.start == [{"role": "user", "content": "hi (seed 7)"}]
     assert [m["content"] for m in r.messages] == ["a", "1 left", "b"]
     assert (r.reward, r.turn_rewards, r.ended) == (1.0, [0.5, 0.5], "done")
-    game = build_env({"name": "gym", "path": "support_envs:GuessNumber", "kwargs": {"penalty": 0.1},
+    game = build_env({"name": "gym", "path": "support.envs:GuessNumber", "kwargs": {"penalty": 0.1},
                       "system_prompt": "Play."})  # fmt: skip
     row = {"prompt": [{"role": "user", "content": "unused"}], "answer": "7"}
     (g,) = run_episodes(game, [row], [0], ChatRenderer(tok), scripted(tok, ["5", "9", "7"]), {tok.eos_token_id})
@@ -155,9 +155,9 @@ def test_bad_environment_config_is_a_clear_error():
     with pytest.raises(ConfigError, match="data.env.max_turns"):
         build_env({"name": "calculator", "max_turns": 0})
     with pytest.raises(ConfigError, match="cannot be imported"):
-        build_env({"name": "callable", "path": "support_envs:Nope"})
+        build_env({"name": "callable", "path": "support.envs:Nope"})
     with pytest.raises(ConfigError, match="has no reset"):
-        build_env({"name": "callable", "path": "support_envs:time"})
+        build_env({"name": "callable", "path": "support.envs:time"})
 
 
 def test_step_result_shapes_from_user_classes():

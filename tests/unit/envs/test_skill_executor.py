@@ -109,7 +109,7 @@ def test_a_revision_turn_reads_the_score_and_rewards_telescope():
 
 
 def test_the_critic_writes_the_feedback_before_a_revision(server):
-    from support_judges import requests_for
+    from support.judges import requests_for
 
     critic = {"backend": "openai", "base_url": f"{server}/revise/v1"}
     env = RuleExecutor(build_env({**TINY, "max_turns": 2, "critic": critic}).cfg)

@@ -24,7 +24,7 @@ from rlpost.grad.subspace import (
 )
 from rlpost.grad.trusted_projection import TrustedProjection, check_compatible
 
-from trainer_utils import make_run, step_logs, train_rlpost
+from support.trainer import make_run, step_logs, train_rlpost
 
 U1 = torch.tensor([0.6, 0.8, 0.0])  # unit vector in R^3
 V1 = torch.tensor([1.0, 0.0])  # unit vector in R^2

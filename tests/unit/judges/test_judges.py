@@ -14,11 +14,12 @@ from pathlib import Path
 
 import pytest
 import torch
-from support_judges import requests_for
 
 import rlpost.components  # noqa: F401  (registers judges and rewards)
 from rlpost.core.errors import ConfigError
 from rlpost.judges.base import JudgeError, build_judge, parse_scale, parse_yes_no, yes_probability
+
+from support.judges import requests_for
 
 KEY = "sk-test-7f3a9c1e5b2d4e6f8a0b"  # a fake key that must never be written anywhere
 

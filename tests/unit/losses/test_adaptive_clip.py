@@ -13,7 +13,7 @@ from rlpost.core.schema import build_config
 from rlpost.losses.adaptive_clip import COMPLEXITY_KEY, AdaptiveClip, profile_complexity
 from rlpost.losses.base import LossInputs
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 def inputs(ratio: float, advantage: float, complexity: list[float]) -> LossInputs:

@@ -13,7 +13,7 @@ from rlpost.core.errors import ConfigError
 from rlpost.losses.base import LossInputs
 from rlpost.losses.opd import TEACHER_KEY, OnPolicyDistillation, reverse_kl_loss
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 
 def test_reverse_kl_loss_and_gradient_by_hand():

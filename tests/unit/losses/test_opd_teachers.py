@@ -10,7 +10,6 @@ import math
 
 import pytest
 import torch
-from support_tokenizers import other_tokenizer_model
 from transformers import AutoModelForCausalLM, AutoTokenizer
 
 from rlpost.core.errors import ConfigError
@@ -18,7 +17,8 @@ from rlpost.logprobs.cross_tokenizer import assign, spread, teacher_logps_for, t
 from rlpost.losses.opd import OnPolicyDistillation
 from rlpost.models.loading import ModelConfig, load_model, load_tokenizer
 
-from trainer_utils import make_run, rlpost_trainer, step_logs
+from support.other_tokenizer import other_tokenizer_model
+from support.trainer import make_run, rlpost_trainer, step_logs
 
 TINY = ModelConfig(source="tiny_random")
 

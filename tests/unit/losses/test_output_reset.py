@@ -19,7 +19,7 @@ from rlpost.losses.clip import Clip
 from rlpost.losses.diagnostics import or_diagnostics
 from rlpost.losses.output_reset import OutputReset
 
-from trainer_utils import make_run, step_logs, train_rlpost
+from support.trainer import make_run, step_logs, train_rlpost
 
 METRICS = ("or/residual_mean", "or/overshoot_frac", "or/log_ratio_displacement", "or/log_ratio_abs_mean")
 

@@ -7,7 +7,6 @@ from collections import Counter
 
 import pytest
 import torch
-from paths import REPO
 
 from rlpost.advantages.base import GroupBatch
 from rlpost.app import compose
@@ -23,7 +22,8 @@ from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS
 from rlpost.trainer import RLPostTrainer
 
-from trainer_utils import grpo_args, make_run, step_logs
+from support.paths import REPO
+from support.trainer import grpo_args, make_run, step_logs
 
 ROOT = REPO
 

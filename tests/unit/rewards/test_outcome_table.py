@@ -8,8 +8,6 @@ import json
 import math
 
 import pytest
-from paths import REPO
-from support_runs import one_step
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
@@ -19,6 +17,9 @@ from rlpost.core.schema import build_config
 from rlpost.dev.market_news import main as generate_market_news
 from rlpost.rewards.outcome_table import OutcomeTable
 from rlpost.scoring.terms import build_reward_terms
+
+from support.paths import REPO
+from support.runs import one_step
 
 DATA = REPO / "recipes" / "data"
 

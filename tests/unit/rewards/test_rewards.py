@@ -8,7 +8,6 @@ import threading
 import pytest
 import torch
 import yaml
-from paths import REPO
 
 import rlpost.combine.weighted_sum  # noqa: F401  (registers)
 import rlpost.components  # noqa: F401  (every reward, so the conf files build in any test order)
@@ -24,6 +23,8 @@ from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.scoring.terms import build_reward_terms
+
+from support.paths import REPO
 
 CONF = REPO / "conf" / "reward"
 

@@ -132,7 +132,7 @@ def test_bad_params_are_config_errors():
 
 
 def test_two_trainer_steps_on_human_eval(tmp_path):
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     run = make_run(
         [

@@ -4,8 +4,6 @@
 from __future__ import annotations
 
 import pytest
-from paths import REPO
-from support_judges import requests_for
 
 import rlpost.components  # noqa: F401
 from rlpost.core.errors import ConfigError
@@ -13,6 +11,9 @@ from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rank_judge import average_ranks
 from rlpost.scoring.terms import build_reward_terms
+
+from support.judges import requests_for
+from support.paths import REPO
 
 # the "keyword" endpoint says Yes iff the criterion's last word ("good") is in the text after "Response: ",
 # i.e. iff Response A contains "good": s(A, B) = 1[good in A]

@@ -10,7 +10,6 @@ import types
 
 import pytest
 import torch
-from support_runs import one_step
 from transformers import AutoConfig, AutoModelForSequenceClassification, AutoTokenizer
 
 import rlpost.components  # noqa: F401  (registers)
@@ -20,6 +19,8 @@ from rlpost.models.loading import ModelConfig, tiny_random_folder
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.qe_lid import length_score, no_copy_score
 from rlpost.scoring.terms import build_reward_terms
+
+from support.runs import one_step
 
 SRC = "The house is big and old."  # 25 characters
 

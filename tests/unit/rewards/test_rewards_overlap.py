@@ -85,7 +85,7 @@ def test_bad_params_name_the_key_and_list_the_choices():
 
 
 def test_two_trainer_steps_with_chrf_and_token_f1(tmp_path):
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     terms = "reward.terms=[{name: chrf, weight: 1.0}, {name: token_f1, weight: 0.5}]"
     logs = step_logs(train_rlpost(make_run(["train.steps=2", "train.num_generations=2", terms]), tmp_path))

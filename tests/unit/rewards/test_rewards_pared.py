@@ -97,7 +97,7 @@ def test_bad_params_are_config_errors(tmp_path):
 def test_two_trainer_steps_move_the_discriminator(tmp_path):
     from rlpost.runs.state import STATE_FILE
 
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     run = make_run(
         [

@@ -12,7 +12,6 @@ import sys
 
 import pytest
 import yaml
-from support_judges import requests_for
 
 import rlpost.components  # noqa: F401
 from rlpost.app import compose
@@ -21,6 +20,8 @@ from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.rewards.rubric import parse_rubric
+
+from support.judges import requests_for
 
 # keyword endpoint: Yes iff the criterion's last word occurs in the response; "unclear" -> malformed
 RUBRIC = {

@@ -108,7 +108,7 @@ def test_dynamic_rubric_saves_its_writer_as_component_state():
                 "writer": {"model": {**TINY, "lora": {"enabled": True, "r": 4}}, "max_new_tokens": 10},
                 "judge": {"model": TINY},
                 "co_evolve": {
-                    "reference": {"name": "callable", "params": {"path": "support_rewards:text_hash_reward"}}
+                    "reference": {"name": "callable", "params": {"path": "support.rewards:text_hash_reward"}}
                 },
             },
         }
@@ -137,7 +137,7 @@ def test_a_fallback_group_gives_the_writer_the_unparsed_reward():
                 "fallback_items": ["The response says 5"],
                 "judge": {"model": TINY},
                 "co_evolve": {
-                    "reference": {"name": "callable", "params": {"path": "support_rewards:text_hash_reward"}}
+                    "reference": {"name": "callable", "params": {"path": "support.rewards:text_hash_reward"}}
                 },
             },
         }
@@ -176,9 +176,9 @@ def test_refused_before_any_model_loads():
 def test_a_run_trains_the_writer_and_checkpoints_it(tmp_path):
     """`rlpost train reward=dynamic_rubric` on the tiny model with a tiny co-evolving writer: each checkpoint
     carries the writer's adapters, optimizer and update count, loadable the way resume loads them."""
-    from support_runs import TINY_CLI, run_cli
-
     from rlpost.runs.state import STATE_FILE
+
+    from support.runs import TINY_CLI, run_cli
 
     p = "reward.terms.0.params"
     run_dir = tmp_path / "run"
@@ -186,7 +186,7 @@ def test_a_run_trains_the_writer_and_checkpoints_it(tmp_path):
     overrides += ["reward=dynamic_rubric", "train.steps=2", "train.save_steps=1", f"hydra.run.dir={run_dir}"]
     overrides += [f"{p}.writer.model.source=tiny_random", f"{p}.judge.model.source=tiny_random"]
     overrides += [f"{p}.writer.max_new_tokens=8", f"{p}.co_evolve.reference.name=callable"]
-    overrides += [f"+{p}.co_evolve.reference.params.path=support_rewards:text_hash_reward"]
+    overrides += [f"+{p}.co_evolve.reference.params.path=support.rewards:text_hash_reward"]
     run_cli(["train", *overrides], tmp_path)
     rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
     steps = [r for r in rows if "loss" in r]

@@ -9,7 +9,6 @@ import json
 import pytest
 import torch
 import yaml
-from support_judges import requests_for
 
 import rlpost.components  # noqa: F401
 from rlpost.app import compose
@@ -19,6 +18,8 @@ from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
 from rlpost.scoring.columns import expand_columns
+
+from support.judges import requests_for
 
 # keyword endpoint: Yes iff the criterion's last word occurs in the response
 RUBRIC = {
@@ -126,7 +127,7 @@ def test_config_errors_before_any_model_loads(overrides, message):
 
 
 def test_two_steps_focal_over_rubric_criteria(server, tmp_path):  # noqa: F811
-    from trainer_utils import make_run, step_logs, train_rlpost
+    from support.trainer import make_run, step_logs, train_rlpost
 
     path = tmp_path / "r.yaml"
     path.write_text(yaml.safe_dump(RUBRIC))

@@ -1,5 +1,5 @@
 """experience_buffer (seed 004 #21): the buffer's FIFO eviction and contrastive selection, the prompt it writes,
-which rollouts enter it, and its critiques (a fake OpenAI-compatible critic: tests/support_judges.py)."""
+which rollouts enter it, and its critiques (a fake OpenAI-compatible critic: tests/support/judges.py)."""
 
 from __future__ import annotations
 
@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from support_judges import requests_for
 
 from rlpost.core.schema import build_config
 from rlpost.rollouts.experience_buffer import (
@@ -21,6 +20,8 @@ from rlpost.rollouts.experience_buffer import (
     extremes,
     turn_texts,
 )
+
+from support.judges import requests_for
 
 
 def entry(reward: float, name: str) -> Entry:

@@ -7,7 +7,6 @@ import math
 
 import pytest
 import torch
-from support_runs import one_step
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
@@ -17,6 +16,8 @@ from rlpost.core.schema import build_config
 from rlpost.data.infill import infill_rows
 from rlpost.rewards.infill_likelihood import InfillLikelihood, middle_text, suffix_logprob
 from rlpost.rollouts.frost import gcg_step
+
+from support.runs import one_step
 
 
 def test_suffix_logprob_by_hand():

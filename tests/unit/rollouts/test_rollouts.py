@@ -9,7 +9,6 @@ import random
 
 import pytest
 import torch
-from support_config import assert_clean_failure
 
 from rlpost import cli
 from rlpost.app import compose
@@ -22,6 +21,8 @@ from rlpost.rollouts.draft_injection import DraftInjection, is_correct, make_cor
 from rlpost.rollouts.forced_refusal import ForcedRefusal, refusal_rewards
 from rlpost.rollouts.generic_negative import negative_baseline_rewards
 from rlpost.rollouts.rubric_guidance import RubricGuidance, faded, missed_criteria, rise_keep, weighted_mean
+
+from support.config import assert_clean_failure
 
 NAN = float("nan")
 

@@ -8,14 +8,13 @@ import math
 
 import pytest
 import torch
-from paths import SUPPORT
 
 from rlpost import cli
 from rlpost.analysis.value_gradient import accumulate_policy_gradient, flat_gradient, group_advantages, split_half_stats
 from rlpost.models.loading import ModelConfig, load_model
 from rlpost.tools.diagnose import Thresholds, verdict
 
-TESTS = SUPPORT
+from support.paths import TESTS
 
 
 def metrics(p1: float, pn: float, signal: float, n: int = 8) -> dict[str, float]:
@@ -51,7 +50,7 @@ def test_thresholds_are_config_fields():
 
 KNOWN = [
     "model=tiny-random",
-    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_tools:first_c_correct'}}]",
+    "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.tools:first_c_correct'}}]",
     "correct_term=callable",  # its score is correctness: the criterion pass@k rests on
     "max_new_tokens=4",
     "progress=false",

@@ -9,7 +9,6 @@ import math
 
 import pytest
 import torch
-from paths import SUPPORT
 
 from rlpost import cli
 from rlpost.evaluation.evaluate import majority_correct, pass_at_k, sample_metrics
@@ -17,9 +16,9 @@ from rlpost.scoring.correctness import Correctness
 from rlpost.scoring.score import score
 from rlpost.scoring.terms import build_reward_terms
 
-from trainer_utils import TINY, weighted_sum
+from support.paths import TESTS
+from support.trainer import TINY, weighted_sum
 
-TESTS = SUPPORT
 FIRST = Correctness(0, "first", 1.0)  # the first term decides correctness: score >= 1
 
 
@@ -101,7 +100,7 @@ def test_math_answer_on_fixed_completions():
 
 # ---------------------------------------------------------------- the command on the tiny model
 
-KNOWN_REWARD = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_tools:first_c_correct'}}]"
+KNOWN_REWARD = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.tools:first_c_correct'}}]"
 
 
 @pytest.fixture(scope="module")
@@ -157,7 +156,7 @@ def test_eval_cli_refuses_bad_input_before_loading(known_data, tmp_path, capsys,
 def trained_run(tmp_path_factory):
     """A 2-step tiny-random run with eval.every=1 (through the CLI)."""
     run_dir = tmp_path_factory.mktemp("run") / "run"
-    hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+    hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
     tiny = [o for o in TINY if not o.startswith(("logging.tensorboard", "train.steps"))]
     argv = ["train", *tiny, hash_reward, "eval.correct_term=callable", "train.steps=2", "eval.every=1", "eval.size=4"]
     argv.append(f"hydra.run.dir={run_dir}")
@@ -198,7 +197,7 @@ def test_eval_a_run_directory_uses_its_checkpoint_data_and_reward(trained_run, t
 
 def test_eval_and_merge_a_lora_run(tmp_path):
     run_dir = tmp_path / "lora_run"
-    hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support_rewards:text_hash_reward'}}]"
+    hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
     argv = ["train", *TINY, hash_reward, "train.steps=1", "model.lora.enabled=true", "model.lora.r=4"]
     assert cli.main([*argv, "eval.at_start=false", "eval.at_end=false", f"hydra.run.dir={run_dir}"]) == 0
     assert (run_dir / "checkpoints" / "final" / "adapter_config.json").is_file()

@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 
 import pytest
-from support_runs import TINY_CLI, run_cli
 
 import rlpost.components  # noqa: F401  (registers)
 from rlpost.app import compose
@@ -14,6 +13,8 @@ from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
 from rlpost.data.sources import DataConfig, load_datasets
 from rlpost.transforms.base import add_note, build_transform
+
+from support.runs import TINY_CLI, run_cli
 
 LOW = "Your response will be evaluated by an automatic checker that reads only the final number; this feedback has low fidelity."
 HIGH = "Your response will be evaluated by an expert grader who verifies the whole answer; this feedback has high fidelity."
