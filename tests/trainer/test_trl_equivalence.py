@@ -123,6 +123,18 @@ PARAMS = [
 ]
 
 
+# Plain TRL does not depend on rlpost's forward (``FORWARD`` sets only rlpost's head and matmuls): each case's
+# reference is trained once and compared with both of rlpost's forwards (half the suite's TRL runs).
+_PLAIN: dict[str, GRPOTrainer] = {}
+
+
+def plain_trl(algorithm: str, run, folder, trl_settings: dict) -> GRPOTrainer:
+    if algorithm not in _PLAIN:
+        trainer_class, config_class = TRL_TRAINERS.get(algorithm, (GRPOTrainer, GRPOConfig))
+        _PLAIN[algorithm] = train_plain_trl(run, folder, trainer_class, config_class, **trl_settings)
+    return _PLAIN[algorithm]
+
+
 @pytest.mark.parametrize(("algorithm", "forward", "rel"), PARAMS)
 def test_matches_plain_trl(algorithm, forward, rel, tmp_path):
     extra, trl_settings = CASES[algorithm]
@@ -130,8 +142,7 @@ def test_matches_plain_trl(algorithm, forward, rel, tmp_path):
     run = make_run([f"algorithm={bundle}", "train.micro_batch_size=4", *FORWARD[forward], *extra])
     assert run.plan.grad_accum == 2
 
-    trainer_class, config_class = TRL_TRAINERS.get(algorithm, (GRPOTrainer, GRPOConfig))
-    plain = train_plain_trl(run, tmp_path / "trl", trainer_class, config_class, **trl_settings)
+    plain = plain_trl(algorithm, run, tmp_path / "trl", trl_settings)
     ours = train_rlpost(run, tmp_path / "rlpost")
 
     assert list(plain._logs["completion"]) == list(ours._logs["completion"]), "different generations"
