@@ -161,6 +161,8 @@ class GymEnv(Environment):
         ends = "terminated ends an episode as done, truncated as truncated"
         if limit:
             ends += f" (TimeLimit: {limit} steps)"
+        if self.cfg.check:
+            ends += "; Gymnasium's env checker ran on one instance at config time"
         return (
             f"gym {self.name}: one environment per episode ({made}, kwargs {self.cfg.kwargs}), reset(seed=<episode "
             f"seed>, options={{'row': row}}) and closed after it; observations are user messages, each step's "

@@ -97,9 +97,9 @@ def test_gymnasium_environment_trains_unchanged(tmp_path, source):
     pytest.importorskip("gymnasium")
     import support_gym
 
-    closed = support_gym.GuessDigit.closed
     overrides = ["data/env=gym", source, "+data.env.kwargs.high=3", "reward=env", "train.steps=2"]
-    trainer, train_set = env_trainer(overrides, tmp_path)
+    trainer, train_set = env_trainer(overrides, tmp_path)  # the config-time check made (and closed) its own
+    closed = support_gym.GuessDigit.closed
     g = trainer.num_generations
     inputs = [dict(train_set[i // g]) for i in range(8)]
     trainer.model.train()
