@@ -59,7 +59,7 @@ def main() -> None:
     common = [f"model={args.model}", *TASK, f"train.steps={args.steps}", f"train.learning_rate={args.learning_rate}",
               "train.num_generations=4", "train.completions_per_step=8", "train.max_completion_length=64",
               f"data.eval_size={args.eval_size}", f"eval.size={args.eval_size}", "eval.batch_size=25",
-              "logging.plots=false", "logging.tensorboard=false"]  # fmt: skip
+              "logging.plots=false", "logging.trackers=[]"]  # fmt: skip
     runs = {
         "with the calculator": [
             *common,

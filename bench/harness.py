@@ -34,7 +34,7 @@ import time
 from collections import defaultdict
 from datetime import datetime
 
-BASE = ["train.learning_rate=1e-5", "logging.tensorboard=false", "logging.progress=false"]
+BASE = ["train.learning_rate=1e-5", "logging.trackers=[]", "logging.progress=false"]
 
 
 def measured_run(

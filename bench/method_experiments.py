@@ -25,7 +25,7 @@ from rlpost.analysis.plots import plot_curves
 
 ROOT = Path(__file__).resolve().parents[1]
 RUNS = ROOT / "runs" / "methods"
-COMMON = ["logging.tensorboard=false", "logging.plots=false"]
+COMMON = ["logging.trackers=[]", "logging.plots=false"]
 
 
 def run(name: str, overrides: list[str]) -> Path:

@@ -75,7 +75,7 @@ def main() -> None:
         f"eval.at_start={str(args.eval_size > 0).lower()}",
         f"eval.at_end={str(args.eval_size > 0).lower()}",
         f"eval.size={max(args.eval_size, 1)}",
-        "logging.tensorboard=false",
+        "logging.trackers=[]",
         "logging.plots=false",
         "logging.progress=false",
     ]

@@ -8,8 +8,6 @@ against the component's ``Config`` dataclass (unknown key or wrong type -> ``Con
 from __future__ import annotations
 
 import difflib
-import importlib.util
-import os
 from collections.abc import Mapping
 from dataclasses import fields, replace
 from typing import Any
@@ -41,6 +39,7 @@ from rlpost.regularizers.kl import KLPenalty
 from rlpost.rewards.group import ANSWER_CHOICES
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.run import AlgorithmParts, BuiltRun, RewardParts
+from rlpost.runs.trackers import check_trackers
 from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
 from rlpost.scoring.breaker import BreakerSettings
@@ -282,11 +281,7 @@ def check_run(run: BuiltRun) -> None:
     evals = run.settings.eval.at_start or run.settings.eval.at_end or run.settings.eval.every
     if run.settings.eval.size > run.data.eval_size and evals:
         raise ConfigError(f"eval.size={run.settings.eval.size} is larger than data.eval_size={run.data.eval_size}.")
-    wandb = run.settings.logging.wandb
-    if wandb != "disabled" and importlib.util.find_spec("wandb") is None:
-        raise ConfigError(f"logging.wandb={wandb} needs the wandb package: pip install 'rlpost[wandb]'.")
-    if wandb == "online" and not os.environ.get("WANDB_API_KEY"):
-        raise ConfigError("logging.wandb=online needs WANDB_API_KEY in the environment (or use logging.wandb=offline).")
+    check_trackers(run.settings.logging)  # logging.trackers: installed, configured (rlpost/runs/trackers.py)
 
 
 def check_trainer(run: BuiltRun) -> None:

@@ -31,6 +31,8 @@ from rlpost.runs.preemption import PreemptionCallback
 from rlpost.runs.ranks import is_main, on_main, write_folder
 from rlpost.runs.replay import ReplayWriter
 from rlpost.runs.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
+from rlpost.runs.trackers import TrackerRuns
+from rlpost.runs.trackers import configure as configure_trackers
 from rlpost.scoring.breaker import RewardsBroken
 
 
@@ -53,8 +55,7 @@ def train(
     install_log_redaction()  # secrets never reach a log record (rlpost/core/secrets.py)
     if is_main():  # before the training arguments read it; the launching parent wrote the same file
         write_deepspeed_config(run.hardware, rundir.path)  # scale-out: <run>/deepspeed.json (rlpost/launch/)
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")  # per job, also in sweeps
-    _configure_wandb(run, rundir)
+    configure_trackers(run.settings.logging, rundir.path)  # logging.trackers, offline, in this run's directory
 
     tokenizer = load_tokenizer(run.model)
     model = load_model(run.model)
@@ -100,21 +101,29 @@ def train(
     trainer.remove_callback(PrinterCallback)
     if periodic is not None:
         periodic.attach(trainer)
+    trackers = TrackerRuns(trainer)  # their runs stay open for the end-of-run evaluation (rlpost/runs/trackers.py)
+    if run.settings.eval.at_start and resume_from is None:
+        trackers.log(summary["before"])  # step 0, as in metrics.jsonl
 
     started = time.perf_counter()
     preemption.install()
     try:
         trainer.train(resume_from_checkpoint=resume_from)
     except RewardsBroken as err:  # nothing left to learn from: save what can be saved, then stop (exit code 1)
+        trackers.close()
         checkpoint = trainer.save_last_step()
         summary.update(stopped=str(err), steps=trainer.state.global_step, checkpoint=str(checkpoint or ""))
         rundir.write_summary(summary)
         where = f"; step {trainer.state.global_step} is saved in {checkpoint}" if checkpoint else ""
         raise RewardsBroken(f"{err}{where}") from None
+    except BaseException:
+        trackers.close()
+        raise
     finally:
         preemption.uninstall()
     train_seconds = time.perf_counter() - started
     if preemption.received:  # a checkpoint was saved at the end of the step; exit code 75 (rlpost/tools/train.py)
+        trackers.close()
         checkpoint = str(rundir.checkpoints / f"checkpoint-{trainer.state.global_step}")
         summary.update(preempted=preemption.received, checkpoint=checkpoint, steps=trainer.state.global_step)
         rundir.write_summary(summary)
@@ -133,7 +142,9 @@ def train(
         summary["after"] = _evaluate(run, trainer.model, tokenizer, held_out, items)
         rundir.write_json(EVAL_ITEMS, items)  # per held-out prompt, for paired tests (rlpost compare)
         rundir.append_metrics({"step": trainer.state.global_step, **summary["after"]})
+        trackers.log(summary["after"])
         keep_if_best(trainer.state.global_step, summary["after"])
+    trackers.close()
     summary["best"] = best.summary()  # None: no held-out evaluation of the trained policy logged the objective
     if run.settings.logging.plots:
         plot = plot_curves({rundir.path.name: rundir.read_metrics()}, rundir.plots / "training.png")
@@ -235,10 +246,3 @@ def _save_final(trainer, checkpoints: Path) -> None:
         write_folder(checkpoints / "final", lambda staging: trainer.save_model(str(staging)))
     except OSError as err:
         raise CheckpointWriteError("final", checkpoints, err) from err
-
-
-def _configure_wandb(run: BuiltRun, rundir: RunDirectory) -> None:
-    mode = run.settings.logging.wandb
-    os.environ["WANDB_MODE"] = mode
-    os.environ["WANDB_DIR"] = str(rundir.path)  # offline runs sync later from <run>/wandb/
-    os.environ.setdefault("WANDB_PROJECT", run.settings.logging.wandb_project)

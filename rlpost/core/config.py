@@ -75,15 +75,65 @@ class EvalSettings:
     objective_mode: Literal["max", "min"] = "max"  # checkpoints/best keeps the highest (max) or lowest (min) objective
 
 
+TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # logging.trackers (rlpost/runs/trackers.py)
+Tracker = Literal["tensorboard", "wandb", "mlflow", "trackio"]
+
+
 @dataclass(frozen=True)
 class LoggingSettings:
-    wandb: Literal["disabled", "offline", "online"] = "disabled"
-    wandb_project: str = "rlpost"
-    tensorboard: bool = True
+    # where every logged metric goes besides metrics.jsonl: transformers' report_to integrations, offline,
+    # their files in the run directory (rlpost/runs/trackers.py)
+    trackers: list[Tracker] = field(default_factory=lambda: ["tensorboard"])
+    project: str = "rlpost"  # wandb's project, MLflow's experiment, trackio's project
+    wandb_mode: Literal["offline", "online"] = "offline"  # with wandb in trackers; online needs WANDB_API_KEY
+    mlflow_uri: str | None = None  # with mlflow in trackers: its tracking URI (None: file:<run>/mlruns)
+    # deprecated (before logging.trackers); None = not set. tensorboard: true adds it to trackers, false removes it
+    tensorboard: bool | None = None
+    # deprecated: disabled removes wandb from trackers, offline/online adds it in that mode (logging.wandb_mode)
+    wandb: Literal["disabled", "offline", "online"] | None = None
+    wandb_project: str | None = None  # deprecated: logging.project
     samples_per_step: Annotated[int, Range(ge=0)] = 4
     progress: bool = True
     plots: bool = True
     replay: bool = False  # rollouts + behaviour log-probs as parquet under <run>/rollouts/ (rlpost/runs/replay.py)
+
+    def active_trackers(self) -> list[str]:
+        """``trackers`` in order, without repeats, after the deprecated ``tensorboard`` / ``wandb`` keys."""
+        names: list[str] = list(dict.fromkeys(self.trackers))
+        for name, on in (
+            ("tensorboard", self.tensorboard),
+            ("wandb", None if self.wandb is None else self.wandb != "disabled"),
+        ):
+            if on is True and name not in names:
+                names.append(name)
+            if on is False and name in names:
+                names.remove(name)
+        return names
+
+    @property
+    def wandb_run_mode(self) -> str:
+        """wandb's mode: the deprecated ``wandb`` key when it names one, else ``wandb_mode``."""
+        return self.wandb if self.wandb in ("offline", "online") else self.wandb_mode
+
+    @property
+    def project_name(self) -> str:
+        return self.wandb_project or self.project
+
+    def deprecations(self) -> list[str]:
+        """One line per deprecated key that is set, saying what to write instead."""
+        lines = []
+        if self.tensorboard is not None or self.wandb is not None:
+            keys = [
+                f"logging.{k}={str(v).lower()}"
+                for k, v in (("tensorboard", self.tensorboard), ("wandb", self.wandb))
+                if v is not None
+            ]
+            names = ",".join(self.active_trackers())
+            mode = f" logging.wandb_mode={self.wandb}" if self.wandb in ("offline", "online") else ""
+            lines.append(f"{' '.join(keys)} is deprecated: write logging.trackers=[{names}]{mode}")
+        if self.wandb_project is not None:
+            lines.append(f"logging.wandb_project is deprecated: write logging.project={self.wandb_project}")
+        return lines
 
 
 @dataclass(frozen=True)
@@ -230,9 +280,7 @@ def grpo_config_kwargs(
     run_name: str | None = None,
 ) -> dict[str, Any]:
     """Keyword arguments for ``trl.GRPOConfig`` of this run (the one place rlpost maps onto TRL)."""
-    report_to = [
-        name for name, on in (("tensorboard", logging.tensorboard), ("wandb", logging.wandb != "disabled")) if on
-    ]
+    report_to = logging.active_trackers()  # transformers' integrations (rlpost/runs/trackers.py configures them)
     return dict(
         output_dir=output_dir,
         seed=seed,
@@ -267,11 +315,20 @@ def grpo_config_kwargs(
         save_steps=train.save_steps or 500,
         save_total_limit=train.save_total_limit,
         report_to=report_to or "none",
+        **_trackio_kwargs(logging, report_to),
         disable_tqdm=True,  # rlpost draws its own progress bar
         log_completions=False,  # rlpost writes samples.jsonl itself
         remove_unused_columns=False,
         run_name=run_name,
     )
+
+
+def _trackio_kwargs(logging: LoggingSettings, report_to: list[str]) -> dict[str, Any]:
+    """trackio's project, and no Hugging Face Space ever (``trackio_space_id`` stays None: a local database only;
+    ``trackio_static_space_id=False``: nothing synced or frozen after training)."""
+    if "trackio" not in report_to:
+        return {}
+    return dict(project=logging.project_name, trackio_space_id=None, trackio_static_space_id=False)
 
 
 def _vllm_kwargs(hardware: HardwareConfig) -> dict[str, Any]:

@@ -21,7 +21,7 @@ about the update (advantages default to trajectory-level GRPO over the G episode
 Choices where the issue is silent: messages are TRL's conversational dicts (``{"role", "content"}``);
 observations come back as ``role="tool"`` for a tool's output and ``role="user"`` for a simulated user;
 the runner makes a fresh environment (``type(env)(env.cfg)``) for every episode, so nothing leaks
-between episodes; its randomness comes from the ``seed`` given to ``reset``, derived from the run seed,
+between episodes, and calls its ``close()`` when the episode ends; its randomness comes from the ``seed`` given to ``reset``, derived from the run seed,
 the step and the group (the G episodes of a row share it, so they share their start), so a resumed run
 replays the same episodes: the environment's random state is a function of (seed, step, group), which is
 what a checkpoint would have to restore.
@@ -50,6 +50,9 @@ class StepResult:
     reward: float | None = None  # a per-turn reward, or None (nothing this turn)
     done: bool = False
     info: dict[str, Any] = field(default_factory=dict)  # counted keys: tool_calls, tool_errors
+    # done because the episode was cut short, not finished (Gymnasium's truncated, e.g. a time limit): the runner
+    # ends it as truncated instead of done
+    truncated: bool = False
 
 
 class Environment(Component):
@@ -88,6 +91,10 @@ class Environment(Component):
     def step(self, message: str) -> StepResult:
         """React to one assistant message (its text); the episode ends when ``done`` is true."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Release what this episode's environment holds (the runner calls it once the episode ends, however it
+        ends; Gymnasium's ``close``); nothing by default."""
 
     def truncated_reward(self) -> float | None:
         """The reward of a turn cut off at the generation cap (no end-of-turn token, so ``step`` never saw it);

@@ -4,7 +4,8 @@
 
 The class at ``path`` is constructed once per episode with ``kwargs`` (an ``Environment`` subclass: from
 its own ``Config`` built from ``kwargs``) and must have
-``reset(row, seed) -> list of messages`` and ``step(text) -> StepResult`` (subclass
+``reset(row, seed) -> list of messages`` and ``step(text) -> StepResult``, and may have ``close()`` (called when
+its episode ends) (subclass
 ``rlpost.envs.base.Environment`` and its ``StepResult``, or return a ``(observations, reward, done,
 info)`` tuple or a dict with those keys); a class attribute ``reads_cut_turns = True`` asks for the ``step``
 of a turn cut off at the token cap too (``Environment.reads_cut_turns``). A module in the directory rlpost
@@ -64,8 +65,9 @@ def load_env_class(path: str, example: str) -> Any:
     return cls
 
 
-def check_kwargs(cls: Any, kwargs: dict[str, Any], path: str) -> None:
-    """ConfigError (before any model loads) when the class's constructor does not accept ``kwargs``."""
+def check_kwargs(cls: Any, kwargs: dict[str, Any], path: str, key: str = "data.env.path") -> None:
+    """ConfigError (before any model loads) when the class's constructor does not accept ``kwargs`` (``key``: the
+    setting that named the class)."""
     try:
         signature = inspect.signature(cls)
     except (TypeError, ValueError):  # a class whose signature Python cannot read: checked when it is made
@@ -76,7 +78,7 @@ def check_kwargs(cls: Any, kwargs: dict[str, Any], path: str) -> None:
         params = [p for p in signature.parameters.values() if p.kind not in (p.VAR_POSITIONAL, p.VAR_KEYWORD)]
         accepted = ", ".join(p.name for p in params) or "no arguments"
         raise ConfigError(
-            f"data.env.kwargs {sorted(kwargs)} do not fit data.env.path={path!r}: {err}. It accepts: {accepted}."
+            f"data.env.kwargs {sorted(kwargs)} do not fit {key}={path!r}: {err}. It accepts: {accepted}."
         ) from None
 
 
@@ -105,6 +107,11 @@ class CallableEnv(Environment):
 
     def step(self, message: str) -> StepResult:
         return as_step_result(self.inner.step(message), self.cfg.path)
+
+    def close(self) -> None:  # the user's object's own close(), when it has one
+        inner, self.inner = self.inner, None
+        if inner is not None and callable(getattr(inner, "close", None)):
+            inner.close()
 
     def describe(self) -> str:
         doc = (getattr(self.cls, "__doc__", None) or "").strip().splitlines()

@@ -10,7 +10,8 @@ template tokens (``ChatRenderer.observation_ids``). Nothing here knows about the
 How an episode ends (``EpisodeResult.ended``):
 - ``done``: the environment said so; ``max_turns``: that many assistant turns were taken;
 - ``truncated``: a turn hit the generation cap (or the token budget) without its end-of-turn token (an
-  environment with ``reads_cut_turns`` still gets that turn's ``step``, then the episode ends);
+  environment with ``reads_cut_turns`` still gets that turn's ``step``, then the episode ends), or the
+  environment cut the episode short (``StepResult.truncated``: Gymnasium's ``truncated``, e.g. a time limit);
 - ``max_total_tokens``: the next observation (plus one token to answer it) does not fit the budget;
 - ``error`` / ``timeout``: ``reset`` or ``step`` raised, or ran past ``step_timeout_s``.
 
@@ -18,6 +19,9 @@ The episode's reward is the sum of its per-turn rewards (``StepResult.reward``; 
 None when the environment failed: the ``env`` reward term then fails that sample and
 ``reward.on_failure`` decides (skip, zero, abort). A failed ``reset`` leaves an episode of one
 untrained end-of-turn token, so every row still has a completion.
+
+Every episode's environment is closed (``Environment.close``) once the loop is over, however the episode
+ended; an error in ``close`` is a warning, the episode's result stands.
 
 A hung ``step`` is stopped at ``step_timeout_s``: on the main thread by SIGALRM, which interrupts
 Python code and blocking calls; elsewhere the call is abandoned in a daemon thread (Python cannot kill
@@ -28,6 +32,7 @@ from __future__ import annotations
 
 import signal
 import threading
+import warnings
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
@@ -160,9 +165,28 @@ def run_episodes(
     generate: Generate,
     stop_ids: set[int],
 ) -> list[EpisodeResult]:
-    """One episode per row (rows [B], each row G times in a row for a group), all turns batched."""
-    cfg = env.cfg
+    """One episode per row (rows [B], each row G times in a row for a group), all turns batched; every episode's
+    environment is closed at the end."""
     envs = [env.fresh() for _ in rows]
+    try:
+        return _run(env.cfg, envs, rows, seeds, renderer, generate, stop_ids)
+    finally:
+        for slot in envs:
+            try:
+                slot.close()
+            except Exception as err:  # noqa: BLE001 (the episode is over: its result stands)
+                warnings.warn(f"an environment's close() raised {type(err).__name__}: {err}", stacklevel=2)
+
+
+def _run(
+    cfg: Any,
+    envs: list[Environment],
+    rows: list[dict[str, Any]],
+    seeds: list[int],
+    renderer: ChatRenderer,
+    generate: Generate,
+    stop_ids: set[int],
+) -> list[EpisodeResult]:
     results: list[EpisodeResult] = []
     for slot, row, seed in zip(envs, rows, seeds):
         try:
@@ -217,7 +241,7 @@ def run_episodes(
                 result.ended = "truncated"
                 continue
             if step.done:
-                result.ended = "done"
+                result.ended = "truncated" if step.truncated else "done"
                 continue
             if turn == cfg.max_turns - 1:
                 result.ended = "max_turns"

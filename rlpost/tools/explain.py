@@ -9,6 +9,7 @@ from rlpost.losses.aggregation import describe_aggregation
 from rlpost.models.critic import describe_critic
 from rlpost.models.lora_ensemble import describe_ensemble
 from rlpost.run import BuiltRun
+from rlpost.runs.trackers import describe as describe_trackers
 
 if TYPE_CHECKING:
     from rlpost.core.component import Component
@@ -109,4 +110,5 @@ def explain(run: BuiltRun) -> str:
     lines += ["", "Aggregation:", f"  {algo.aggregation}: {describe_aggregation(algo.aggregation)}"]
     if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
         lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe_lines())]
+    lines += ["", "Logging:", *describe_trackers(run.settings.logging)]  # logging.trackers (rlpost/runs/trackers.py)
     return "\n".join(lines)

@@ -398,3 +398,20 @@ def test_every_rollout_composes_with_every_bundle_and_every_reward(rollout, requ
 def test_language_routed_refuses_more_languages_per_prompt_than_it_has_or_rows(overrides):
     with pytest.raises(ConfigError, match="algorithm.rollout.per_prompt=3 must be at most"):
         build_run(compose(["algorithm/rollout=language_routed", *overrides]))
+
+
+@pytest.mark.parametrize(
+    ("overrides", "report_to"),
+    [
+        ([], ["tensorboard"]),  # conf/config.yaml's default
+        (["logging.trackers=[]"], "none"),
+        (["logging.trackers=[tensorboard,wandb,mlflow,trackio]"], ["tensorboard", "wandb", "mlflow", "trackio"]),
+        (["logging.trackers=[mlflow]", "logging.mlflow_uri=file:/tmp/elsewhere"], ["mlflow"]),
+        (["logging.tensorboard=false", "logging.wandb=offline"], ["wandb"]),  # the deprecated keys, folded in
+        (["logging.wandb=disabled", "logging.trackers=[wandb,trackio]"], ["trackio"]),
+    ],
+)
+def test_logging_options_compose_into_report_to(overrides, report_to, tmp_path):
+    """Every logging option composes and builds; the trackers reach TRL as transformers' report_to."""
+    run = build_run(compose(["model=tiny-random", *overrides]))
+    assert run.grpo_config_kwargs(str(tmp_path))["report_to"] == report_to

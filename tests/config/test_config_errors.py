@@ -177,6 +177,23 @@ CASES = [
     ("gym-kwargs-unknown", ["train", "data/env=gym", "data.env.path=support.envs:GuessNumber",
                             "+data.env.kwargs.colour=red", "reward=env"],
      ["data.env.kwargs ['colour'] do not fit data.env.path='support.envs:GuessNumber'", "It accepts: penalty."]),
+    # logging.trackers and Gymnasium environments (issue 49; docs/errors.md)
+    ("tracker-unknown", ["train", "logging.trackers=[tensorboard,mlfow]"],
+     ["Invalid value logging.trackers[1]='mlfow'. Valid choices: tensorboard, wandb, mlflow, trackio."]),
+    ("tracker-setting-alone", ["train", "logging.mlflow_uri=file:/tmp/mlruns"],
+     ["logging.mlflow_uri='file:/tmp/mlruns' is set but mlflow is not in logging.trackers=['tensorboard']",
+      "logging.trackers=[tensorboard,mlflow]"]),
+    ("gym-no-environment", ["train", "data/env=gym", "reward=env"],
+     ["data/env=gym needs one of data.env.id (a registered Gymnasium id", "neither is set"]),
+    ("gym-unknown-id", ["train", "data/env=gym", "data.env.id=support.gym:rlpost-test/GuesDigit-v0", "reward=env"],
+     ["data.env.id='support.gym:rlpost-test/GuesDigit-v0' is not a registered Gymnasium environment.",
+      "Did you mean 'support.gym:rlpost-test/GuessDigit-v0'?", "Registered text environments: rlpost-test/GuessDigit-v0",
+      "gymnasium.register"]),
+    ("gym-numeric-spaces", ["train", "data/env=gym", "data.env.id=support.gym:rlpost-test/Numbers-v0", "reward=env"],
+     ["its action_space is Discrete(3), and rlpost's episodes are text: declare gymnasium.spaces.Text"]),
+    ("gym-env-checker", ["train", "data/env=gym", "data.env.path=support.gym:Unseeded", "reward=env"],
+     ["data.env.path='support.gym:Unseeded' fails Gymnasium's env checker (check_env)", "super().reset(seed=seed)",
+      "data.env.check=false"]),
     ("lora-unknown-target", ["train", "model=tiny-random", "model.lora.enabled=true",
                              "model.lora.target_modules=[nonexistent_proj]"],
      ["model.lora.target_modules: 'nonexistent_proj' names no module of tiny-random-llama",
@@ -231,6 +248,16 @@ def test_vespo_refuses_trls_sequence_level_vllm_correction():
         else:  # rlpost's correction replaces TRL's vLLM one (no sequence-level ratio reaches the loss)
             run.algorithm.loss.check_run(run)
             assert run.grpo_config_kwargs("out")["vllm_importance_sampling_correction"] is False
+
+
+def test_a_tracker_that_is_not_installed_names_its_extra(no_launch, capsys, monkeypatch):
+    import importlib.util
+
+    real = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "trackio" else real(name, *a))
+    code = cli.main(["train", "logging.trackers=[trackio]"])
+    expected = ["logging.trackers has trackio, which needs the trackio package: pip install 'rlpost[trackio]'"]
+    assert_clean_failure(code, capsys.readouterr().err, expected, no_launch)
 
 
 def test_valid_key_absent_from_yaml_keeps_hydras_append_hint(no_launch, capsys):

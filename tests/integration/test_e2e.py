@@ -101,7 +101,7 @@ def test_seed_sweep_compared_with_paired_items(tmp_path):
     held-out prompts one by one (eval_items.json, their mean is eval/accuracy), and compare pairs them."""
     sweep = tmp_path / "sweep"
     overrides = ["model=tiny-random", "train.steps=2", "train.max_completion_length=8", "data.train_size=16"]
-    overrides += ["data.eval_size=4", "eval.size=4", "logging.progress=false", "logging.tensorboard=false"]
+    overrides += ["data.eval_size=4", "eval.size=4", "logging.progress=false", "logging.trackers=[]"]
     rlpost(["train", "-m", "algorithm=grpo,dr_grpo", "seed=0,1", *overrides, f"hydra.sweep.dir={sweep}"], cwd=tmp_path)
     jobs = sorted(p.parent for p in sweep.glob("*/summary.json"))
     assert len(jobs) == 4

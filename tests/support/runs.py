@@ -22,7 +22,7 @@ ARGS = [
     "eval.size=8",
     "eval.at_start=false",
     "eval.at_end=false",
-    "logging.tensorboard=false",
+    "logging.trackers=[]",
     "logging.progress=false",
     "logging.plots=false",
     "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]",
@@ -95,7 +95,7 @@ TINY_CLI = [
     "train.max_completion_length=8",
     "eval.at_start=false",
     "eval.size=4",
-    "logging.tensorboard=false",
+    "logging.trackers=[]",
     "logging.progress=false",
     "logging.plots=false",
 ]

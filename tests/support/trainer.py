@@ -21,7 +21,7 @@ TINY = [
     "data.train_size=32",
     "data.eval_size=8",
     "eval.size=8",
-    "logging.tensorboard=false",
+    "logging.trackers=[]",
     "logging.progress=false",
 ]
 HASH_REWARD = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"

@@ -87,6 +87,38 @@ def test_multi_turn_episodes_train_only_the_policy_tokens(tmp_path):
         assert log["env/trained_tokens"] > 0
 
 
+@pytest.mark.parametrize(
+    "source", ["data.env.id=support.gym:rlpost-test/GuessDigit-v0", "data.env.path=support.gym:GuessDigit"]
+)
+def test_gymnasium_environment_trains_unchanged(tmp_path, source):
+    """A gymnasium.Env with Text spaces, registered by id (gymnasium.make, a TimeLimit of 2 steps) or by class,
+    checked at config time, trains 2 steps; each episode's environment is closed, and an episode the TimeLimit
+    cut short ends as truncated, one that terminated as done (tests/unit/envs/test_gym.py has the details)."""
+    pytest.importorskip("gymnasium")
+    import support.gym
+
+    overrides = ["data/env=gym", source, "+data.env.kwargs.high=3", "reward=env", "train.steps=2"]
+    trainer, train_set = env_trainer(overrides, tmp_path)  # the config-time check made (and closed) its own
+    closed = support.gym.GuessDigit.closed
+    g = trainer.num_generations
+    inputs = [dict(train_set[i // g]) for i in range(8)]
+    trainer.model.train()
+    trainer._generate_and_score_completions(inputs)
+    assert support.gym.GuessDigit.closed - closed == 8  # one close per episode
+    by_id = source.startswith("data.env.id")
+    for row in inputs:
+        last = row["rlpost_env_infos"][-1] if row["rlpost_env_infos"] else {}
+        if last.get("terminated"):
+            assert row["rlpost_env_ended"] == "done" and row["rlpost_env_turn_rewards"][-1] == 1.0
+        if last.get("truncated"):
+            assert by_id and row["rlpost_env_ended"] == "truncated" and row["rlpost_env_turns"] == 2
+    if by_id:
+        assert any(row["rlpost_env_infos"] and row["rlpost_env_infos"][-1]["truncated"] for row in inputs)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert len(logs) == 2 and all(log["env/failures"] == 0 and math.isfinite(log["loss"]) for log in logs)
+
+
 def test_calculator_episodes_train_and_log(tmp_path):
     trainer, _ = env_trainer(["data/env=calculator", "reward=env", "train.steps=2"], tmp_path)
     trainer.train()

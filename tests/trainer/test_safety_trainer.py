@@ -186,7 +186,7 @@ def test_events_land_in_the_run_directory(tmp_path):
             "data.train_size=16",
             "eval.at_start=false",
             "eval.at_end=false",
-            "logging.tensorboard=false",
+            "logging.trackers=[]",
             "logging.progress=false",
             "logging.plots=false",
             "model.lora.enabled=true",

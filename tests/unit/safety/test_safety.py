@@ -21,7 +21,7 @@ from rlpost.safety.ratio_guard import guard_log_ratio
 from rlpost.safety.rollback import RollbackRules
 from rlpost.safety.whiten import RewardWhitener, RunningMoments
 
-TINY = ["model=tiny-random", "logging.tensorboard=false"]
+TINY = ["model=tiny-random", "logging.trackers=[]"]
 
 
 # ---- importance-ratio guard -------------------------------------------------------------------

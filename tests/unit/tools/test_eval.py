@@ -157,7 +157,7 @@ def trained_run(tmp_path_factory):
     """A 2-step tiny-random run with eval.every=1 (through the CLI)."""
     run_dir = tmp_path_factory.mktemp("run") / "run"
     hash_reward = "reward.terms=[{name: callable, weight: 1.0, params: {path: 'support.rewards:text_hash_reward'}}]"
-    tiny = [o for o in TINY if not o.startswith(("logging.tensorboard", "train.steps"))]
+    tiny = [o for o in TINY if not o.startswith(("logging.trackers", "train.steps"))]
     argv = ["train", *tiny, hash_reward, "eval.correct_term=callable", "train.steps=2", "eval.every=1", "eval.size=4"]
     argv.append(f"hydra.run.dir={run_dir}")
     assert cli.main(argv) == 0
