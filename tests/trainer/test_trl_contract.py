@@ -196,7 +196,6 @@ def test_trl_state_rlpost_writes(plain_trainer):
     """rlpost/runs/checkpoints.py saves and restores TRL's micro-step counter and buffered generation batch
     (``TRL_STATE``): they exist on a real GRPOTrainer with those types, TRL's ``_prepare_inputs`` reads both (so
     restoring them decides what a resumed run trains on), and checkpoints.py touches no other private state."""
-    assert TRL_STATE == ("_step", "_buffered_inputs")
     missing = [name for name in TRL_STATE if name not in vars(plain_trainer)]
     assert not missing, f"trl {trl.__version__}'s GRPOTrainer no longer has {missing}"
     assert isinstance(plain_trainer._step, int) and plain_trainer._step > 0
