@@ -30,6 +30,7 @@ from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
 from functools import partial, wraps
+from operator import attrgetter
 
 import torch
 from transformers import DynamicCache
@@ -39,6 +40,23 @@ from rlpost.generation import skinny_matmul
 from rlpost.generation.kv_cache import PreallocatedLayer
 
 SUPPORTED = {"llama": "LlamaDecoderLayer", "qwen2": "Qwen2DecoderLayer"}
+# What the fused step reads from a supported model, in one place: tests/trainer/test_internals_contract.py checks each
+# on a tiny LlamaForCausalLM and Qwen2ForCausalLM, checks that decode_layer.cpp's math on them is HF's, and fails
+# when this module reads a part of the model, its config or its cache that is not declared here or in kv_cache.py.
+PATCHES = ("PreTrainedModel.forward",)  # an instance attribute of the model within fused_decoding()
+MODEL_PARTS = ("config", "lm_head", "model.layers", "model.embed_tokens", "model.rotary_emb", "model.norm")
+LINEARS = (  # decoder_layer's order of the packed weights and their biases
+    "self_attn.q_proj", "self_attn.k_proj", "self_attn.v_proj", "self_attn.o_proj",
+    "mlp.gate_proj", "mlp.up_proj", "mlp.down_proj",
+)  # fmt: skip
+# each decoder layer's (one eps for both norms: input_layernorm's)
+LAYER_PARTS = (*LINEARS, "self_attn.scaling", "input_layernorm.weight", "input_layernorm.variance_epsilon",
+               "post_attention_layernorm.weight")  # fmt: skip
+CONFIG_FIELDS = {  # per model type (a field a type does not have is read with a default)
+    "llama": ("model_type", "hidden_act", "attention_dropout", "num_attention_heads", "intermediate_size"),
+    "qwen2": ("model_type", "hidden_act", "attention_dropout", "num_attention_heads", "intermediate_size",
+              "use_sliding_window", "layer_types"),
+}  # fmt: skip
 # generate()'s keywords to a decode step that the fused step honours (anything else: the model's own forward)
 HONOURED = {
     "input_ids", "attention_mask", "position_ids", "cache", "past_key_values", "use_cache", "logits_to_keep",
@@ -82,9 +100,7 @@ def _fused_layers(model: torch.nn.Module, packed: dict[torch.nn.Module, torch.Te
         return None
     fused = []
     for layer in model.model.layers:
-        attention, mlp = layer.self_attn, layer.mlp
-        linears = [attention.q_proj, attention.k_proj, attention.v_proj, attention.o_proj]
-        linears += [mlp.gate_proj, mlp.up_proj, mlp.down_proj]
+        linears = attrgetter(*LINEARS)(layer)
         if any(linear not in packed for linear in linears):
             return None
         fused.append(
@@ -94,7 +110,7 @@ def _fused_layers(model: torch.nn.Module, packed: dict[torch.nn.Module, torch.Te
                 norm1=layer.input_layernorm.weight.detach().contiguous(),
                 norm2=layer.post_attention_layernorm.weight.detach().contiguous(),
                 eps=float(layer.input_layernorm.variance_epsilon),
-                scaling=float(attention.scaling),
+                scaling=float(layer.self_attn.scaling),
             )
         )
     return fused

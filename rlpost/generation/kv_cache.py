@@ -24,6 +24,31 @@ import torch
 from transformers import DynamicCache
 from transformers.cache_utils import DynamicLayer
 
+# What this module relies on in transformers, in one place: tests/trainer/test_internals_contract.py pins each against
+# the installed transformers (a member DynamicLayer gains or loses fails there by name) and fails when this module
+# uses a transformers name or patch that is not declared here.
+PATCHES = ("GenerationMixin.generate",)  # an instance attribute of the model within wrapped_generate()
+OVERRIDDEN = {  # DynamicLayer's members PreallocatedLayer overrides -> their parameters in DynamicLayer
+    "__init__": ("self", "kwargs"),
+    "lazy_initialization": ("self", "key_states", "value_states"),
+    "update": ("self", "key_states", "value_states", "args", "kwargs"),
+    "reorder_cache": ("self", "beam_idx"),
+    "batch_select_indices": ("self", "indices"),
+    "batch_repeat_interleave": ("self", "repeats"),
+    "crop": ("self", "tokens_to_remove"),
+    "reset": ("self",),
+}
+# DynamicLayer's other members, used as they are: they read keys / values / is_initialized, which PreallocatedLayer
+# keeps current (offload / prefetch belong to DynamicCache(offloading=True), which rlpost never creates)
+INHERITED = ("get_seq_length", "get_mask_sizes", "get_max_length", "offload", "prefetch")
+LAYER_STATE = ("keys", "values", "is_initialized", "device")  # DynamicLayer's attributes PreallocatedLayer sets
+# DynamicCache's members used here and by prefix_generation.py / fused_decode.py: a cache created without a config
+# appends layer_class_to_replicate() per layer at its first update, which PreallocatedCache points at its own layer
+CACHE_MEMBERS = ("layers", "layer_class_to_replicate", "reorder_cache", "get_seq_length")
+GENERATION_SETTINGS = ("num_beams", "num_return_sequences", "cache_implementation", "max_new_tokens", "max_length")
+MODEL_PARTS = ("generation_config", "config.is_encoder_decoder")  # what plain_sampling reads from the model
+GENERATE_KEYWORDS = ("generation_config", "cache")  # generate()'s, and the model keyword that carries our cache
+
 
 class PreallocatedLayer(DynamicLayer):
     """One layer's keys and values in ``[B, kv_heads, capacity, head_dim]`` buffers; ``keys``/``values`` are

@@ -29,6 +29,17 @@ os.environ.setdefault("ONEDNN_PRIMITIVE_CACHE_CAPACITY", "64")
 import torch  # noqa: E402  (the cache sizes above are read when torch first runs a oneDNN op)
 import torch.nn.functional as F  # noqa: E402
 
+# What this module relies on in torch, in one place (tests/trainer/test_internals_contract.py pins each against the
+# installed torch and fails on a patch or a torch.ops op used anywhere in rlpost but not declared):
+# an instance attribute of each routed layer (use_onednn_linears, packed_weights):
+PATCHES = ("torch.nn.Linear.forward",)
+OPS = {  # private oneDNN ops -> the schema the calls here are written against
+    "mkldnn::_linear_pointwise": (
+        "mkldnn::_linear_pointwise(Tensor X, Tensor W, Tensor? B, str attr, Scalar?[] scalars, str? algorithm) -> Tensor Y"
+    ),
+    "mkldnn::_reorder_linear_weight": "mkldnn::_reorder_linear_weight(Tensor self, int? batch_size=None) -> Tensor Y",
+}
+
 
 def _matmul(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None = None) -> torch.Tensor:
     """``x [M, K] @ weight[N, K]^T (+ bias [N])`` -> [M, N] by oneDNN."""

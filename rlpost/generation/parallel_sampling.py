@@ -24,6 +24,22 @@ import torch
 
 from rlpost.generation import skinny_matmul
 
+# What this module and sampling.cpp rely on in torch, in one place; tests/trainer/test_internals_contract.py pins
+# each against the installed torch and fails on a patch, an ATen/c10 name or a torch header used but not declared.
+# swapped process-wide within parallel_multinomial(); `multinomial` keeps torch's signature:
+PATCHES = ("torch.multinomial",)
+# the name sampling.cpp uses -> (its header under torch's include folder, the declaration there): the random bits and
+# PyTorch's own transforms that make the draw bitwise torch.multinomial's one-sample path, argmax(probs / Exp(1))
+CPP_INTERNALS = {
+    "at::CPUGeneratorImpl": ("ATen/CPUGeneratorImpl.h", "struct TORCH_API CPUGeneratorImpl : public c10::GeneratorImpl"),
+    "at::CPUGeneratorImpl::random64": ("ATen/CPUGeneratorImpl.h", "uint64_t random64();"),
+    "c10::GeneratorImpl::mutex_": ("c10/core/GeneratorImpl.h", "std::mutex mutex_;"),
+    "at::detail::getDefaultCPUGenerator": ("ATen/CPUGeneratorImpl.h", "const Generator& getDefaultCPUGenerator();"),
+    "at::get_generator_or_default": ("ATen/core/Generator.h", "inline T* get_generator_or_default("),
+    "at::transformation::uniform_real": ("ATen/core/TransformationHelper.h", "dist_acctype<T> uniform_real(V val, T from, T to)"),
+    "at::transformation::exponential": ("ATen/core/TransformationHelper.h", "inline T exponential(T val, T lambda)"),
+}  # fmt: skip
+
 _TORCH_MULTINOMIAL = torch.multinomial
 
 

@@ -22,6 +22,10 @@ from transformers import DynamicCache
 
 from rlpost.generation.kv_cache import plain_sampling, wrapped_generate
 
+# the keywords of the prefill's model call (shared_prefix_cache): parameters of the supported models' forward,
+# pinned by tests/trainer/test_internals_contract.py (the cache's members are declared in kv_cache.py)
+PREFILL_KEYWORDS = ("input_ids", "attention_mask", "position_ids", "cache", "use_cache", "logits_to_keep")
+
 
 def prompt_groups(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
     """Rows of ``ids [B, S]`` with equal ids and mask: the distinct rows ``[D, 2S]`` (ids, then mask)

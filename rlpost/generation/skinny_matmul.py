@@ -50,6 +50,15 @@ SOURCES = [Path(__file__).with_name(name) for name in ("skinny_matmul.cpp", "dec
 HEADER = Path(__file__).with_name("skinny_matmul.h")
 MAX_ROWS = 16  # most rows per call (skinny_matmul.cpp); more rows go to the layer's own forward
 
+# What this module relies on in torch (tests/trainer/test_internals_contract.py pins each against the installed torch):
+PATCHES = ("torch.nn.Linear.forward",)  # an instance attribute of each fp32 linear within decode_weights()
+# ATen names the C++ sources use besides torch/extension.h's public API -> (header, the declaration there);
+# sampling.cpp's generator internals are declared next to its Python side (parallel_sampling.CPP_INTERNALS)
+CPP_INTERNALS = {
+    "at::parallel_for": ("ATen/Parallel.h", "inline void parallel_for("),
+    "at::get_num_threads": ("ATen/Parallel.h", "TORCH_API int get_num_threads();"),
+}
+
 
 def _build() -> ModuleType:
     """Compile (or load the cached build of) the extension for this machine."""

@@ -39,6 +39,16 @@ from transformers.integrations.sdpa_attention import sdpa_attention_forward
 from transformers.masking_utils import AttentionMaskInterface, sdpa_mask
 
 NAME = "rlpost_segments"  # the attention implementation name registered with transformers
+# What this module relies on in transformers, in one place (tests/trainer/test_internals_contract.py pins each against
+# the installed transformers and fails on a transformers name or patch used here but not declared):
+PATCHES = ("PreTrainedConfig._attn_implementation",)  # set to NAME for the call (a property with a setter)
+REGISTRIES = ("AttentionInterface.register", "AttentionMaskInterface.register")  # global: classmethods (key, value)
+# how transformers' attention modules call the function registered under NAME: these five positionally, then
+# dropout= and scaling= (and **kwargs); ``attention`` takes them so and hands them to sdpa_attention_forward in order
+CALLED_WITH = ("module", "query", "key", "value", "attention_mask", "dropout", "scaling")
+# other keywords supported models pass (taken by **kwargs, handed on to SDPA outside the context): Qwen2's
+# sliding_window, None on its full-attention layers (the segment path does not model sliding windows)
+OTHER_KEYWORDS = ("sliding_window",)
 
 
 @dataclass(frozen=True)

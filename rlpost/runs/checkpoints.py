@@ -138,6 +138,10 @@ def resolve_resume(resume: str | None, config: dict[str, Any], run_dir: str | No
 
 
 BUFFER_FILE = "rlpost_generation_buffer.pt"
+# TRL's private GRPOTrainer state read and written here (the micro-step counter and the buffered generation batch
+# it indexes): the only private library state rlpost writes outside rlpost/generation/ and rlpost/logprobs/,
+# pinned on a real GRPOTrainer by tests/trainer/test_trl_contract.py
+TRL_STATE = ("_step", "_buffered_inputs")
 
 
 def save_generation_buffer(trainer: Any, folder: str | os.PathLike) -> None:

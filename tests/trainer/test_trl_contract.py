@@ -9,12 +9,18 @@ the seam, instead of letting a run go subtly wrong:
   names rlpost relies on, and TRL's method has exactly those parameters (in order);
 - every attribute the trainer code reads from TRL (found by reading the source: ``self.<name>`` /
   ``trainer.<name>`` that rlpost never assigns) exists on a real GRPOTrainer;
+- TRL's private state rlpost writes (``TRL_STATE`` in rlpost/runs/checkpoints.py) exists on a real GRPOTrainer and
+  is what TRL's ``_prepare_inputs`` reads;
+- every trainer class a bundle can pick (``rlpost.algorithms.TRAINERS``) is checked;
 - the pinned versions are the ones installed.
+
+The torch / transformers internals of rlpost's run-time patches are pinned in test_internals_contract.py.
 """
 
 from __future__ import annotations
 
 import ast
+import importlib
 import inspect
 from pathlib import Path
 
@@ -23,9 +29,12 @@ import transformers
 import trl
 from trl import GRPOTrainer
 
+from rlpost.algorithms import TRAINERS
 from rlpost.algorithms.ppo import PPOTrainer
 from rlpost.algorithms.regen import RegenTrainer
+from rlpost.algorithms.ug_ttt import UGTTTTrainer
 from rlpost.core.component import Component
+from rlpost.runs.checkpoints import TRL_STATE
 from rlpost.trainer import RLPostTrainer
 
 from support.paths import REPO
@@ -84,7 +93,7 @@ PUBLIC_OVERRIDES = {  # public Trainer methods rlpost overrides, also pinned
     "create_optimizer": ["self", "model"],
     "compute_loss": ["self", "model", "inputs", "return_outputs", "num_items_in_batch"],
 }
-RLPOST_CLASSES = (RLPostTrainer, PPOTrainer, RegenTrainer)
+RLPOST_CLASSES = (RLPostTrainer, PPOTrainer, RegenTrainer, UGTTTTrainer)
 
 
 def overridden(cls: type) -> set[str]:
@@ -100,6 +109,14 @@ def test_pinned_versions():
     assert trl.__version__ == "1.16.0", "rlpost's seams are written against trl 1.16.0 (pyproject pins it)"
     major, minor = (int(x) for x in transformers.__version__.split(".")[:2])
     assert (major, minor) >= (5, 17) and (major, minor) < (5, 25), transformers.__version__
+
+
+def test_every_trainer_class_is_checked():
+    """A trainer class added to rlpost.algorithms.TRAINERS must be added to RLPOST_CLASSES too."""
+    classes = {key: path.split(":") for key, path in TRAINERS.items()}
+    classes = {key: getattr(importlib.import_module(module), name) for key, (module, name) in classes.items()}
+    missed = sorted(key for key, cls in classes.items() if cls not in RLPOST_CLASSES)
+    assert not missed, f"trainer classes of rlpost.algorithms.TRAINERS not in RLPOST_CLASSES: {missed}"
 
 
 @pytest.mark.parametrize("cls", RLPOST_CLASSES, ids=lambda c: c.__name__)
@@ -173,3 +190,23 @@ def test_every_attribute_rlpost_reads_exists_on_trl(plain_trainer):
     trl_private = [n for n in from_trl if n.startswith("_") and hasattr(plain_trainer, n)]
     assert not missing, f"rlpost reads these trainer attributes that trl {trl.__version__} does not have: {missing}"
     assert "_metrics" in trl_private and "_tokenizer" in trl_private  # the contract covers TRL's private state
+
+
+def test_trl_state_rlpost_writes(plain_trainer):
+    """rlpost/runs/checkpoints.py saves and restores TRL's micro-step counter and buffered generation batch
+    (``TRL_STATE``): they exist on a real GRPOTrainer with those types, TRL's ``_prepare_inputs`` reads both (so
+    restoring them decides what a resumed run trains on), and checkpoints.py touches no other private state."""
+    missing = [name for name in TRL_STATE if name not in vars(plain_trainer)]
+    assert not missing, f"trl {trl.__version__}'s GRPOTrainer no longer has {missing}"
+    assert isinstance(plain_trainer._step, int) and plain_trainer._step > 0
+    assert plain_trainer._buffered_inputs is None or isinstance(plain_trainer._buffered_inputs, list)
+    tree = ast.parse(inspect.getsource(GRPOTrainer._prepare_inputs).strip().replace("\n    ", "\n"))
+    read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
+            and n.value.id == "self" and isinstance(n.ctx, ast.Load)}  # fmt: skip
+    assert set(TRL_STATE) <= read, f"GRPOTrainer._prepare_inputs no longer reads {set(TRL_STATE) - read}"
+    source = ast.parse((ROOT / "rlpost" / "runs" / "checkpoints.py").read_text())
+    private = {n.attr for n in ast.walk(source) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
+               and not n.attr.startswith("__") and isinstance(n.value, ast.Name) and n.value.id == "trainer"}  # fmt: skip
+    assert private == set(TRL_STATE), (
+        f"checkpoints.py uses TRL's private {sorted(private)}; TRL_STATE lists {TRL_STATE}"
+    )
