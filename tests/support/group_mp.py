@@ -7,7 +7,7 @@ from pathlib import Path
 
 import torch.distributed as dist
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))  # tests/: the support package
 from support.trainer import make_run, rlpost_trainer  # noqa: E402
 
 out = Path(sys.argv[1])

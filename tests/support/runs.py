@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from support.paths import REPO
 from support.trainer import HASH_REWARD, TINY
 
-REPO = Path(__file__).resolve().parent.parent
 ARGS = [
     "model=tiny-random",
     "train.max_completion_length=8",
