@@ -83,6 +83,8 @@ def options() -> list[tuple[str, str]]:
     found = []
     for path in sorted(CONF.rglob("*.yaml")):
         group = path.parent.relative_to(CONF).as_posix()
+        if group == "recipe" and "Launch: rlpost sft" in path.read_text():  # rlpost sft's: tests/unit/sft/
+            continue
         if group != "." and not group.startswith("hydra/"):  # hydra/launcher: Hydra's own node (test_scale.py)
             found.append((group, path.stem))
     return found
