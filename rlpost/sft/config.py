@@ -117,12 +117,13 @@ def build_job(cfg: Any) -> SFTJob:
     settings = build_config(SFTSettings, raw, "")
     check_template(settings.target)
     _check_settings(settings)
-    run = eval_view(raw, settings)
-    if run.env is not None:
+    env = settings.data.env.get("name") or "none"
+    if env != "none":
         raise ConfigError(
-            f"data/env={run.data.env.get('name')} plays episodes; rlpost sft trains single-turn prompt-target pairs. "
+            f"data/env={env} plays episodes; rlpost sft trains single-turn prompt-target pairs. "
             "Use rlpost train for episodes."
         )
+    run = eval_view(raw, settings)
     train_set, eval_set = load_datasets(run.data, run.data_transform)
     if "prompt" not in train_set.column_names:
         raise ConfigError(
@@ -146,11 +147,14 @@ def _check_settings(s: SFTSettings) -> None:
     schedules = [v.value for v in SchedulerType]
     if t.lr_scheduler not in schedules:
         raise ConfigError(f"Invalid train.lr_scheduler={t.lr_scheduler!r}. Valid choices: {', '.join(schedules)}.")
-    if hw.num_processes > 1 or hw.zero_stage or hw.use_vllm:
-        what = "hardware.num_processes > 1" if hw.num_processes > 1 else "DeepSpeed" if hw.zero_stage else "vLLM"
+    if hw.num_processes > 1:
         raise ConfigError(
-            f"hardware={hw.name} asks for {what}; rlpost sft runs in one process on one device: use hardware=cpu or "
-            "hardware=gpu."
+            f"hardware.num_processes={hw.num_processes}: rlpost sft runs in one process; set hardware.num_processes=1."
+        )
+    if hw.zero_stage or hw.use_vllm:
+        what = f"runs DeepSpeed ZeRO-{hw.zero_stage}" if hw.zero_stage else "samples rollouts with vLLM"
+        raise ConfigError(
+            f"hardware={hw.name} {what}; rlpost sft runs in one process on one device: use hardware=cpu or hardware=gpu."
         )
     if s.resume not in (None, "auto"):
         from pathlib import Path

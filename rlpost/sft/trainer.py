@@ -1,10 +1,15 @@
 """TRL's SFTTrainer with rlpost's atomic checkpoints, as ``rlpost train``'s trainer writes them
 (rlpost/trainer/checkpoints.py): each checkpoint is written into ``<out>/.tmp-checkpoint-N/checkpoint-N`` and
 renamed into place once complete (rlpost/runs/ranks.py ``write_folder``), so ``resume=`` never reads half of
-one; a full disk or a vanished folder stops the run with one line naming the last complete checkpoint."""
+one; a full disk or a vanished folder stops the run with one line naming the last complete checkpoint.
+
+A resumed run also continues TRL's cumulative ``num_tokens`` (SFTTrainer counts it in ``_total_train_tokens``, which
+its checkpoint does not hold): it starts from the last value the checkpoint's ``trainer_state.json`` logged, so the
+curve against tokens (``rlpost compare x_axis=tokens``) is the same as without the interruption."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 from transformers.trainer_utils import rotate_checkpoints
@@ -34,6 +39,17 @@ class RunSFTTrainer(SFTTrainer):
         except OSError as err:  # the last complete checkpoint is left as it was
             raise CheckpointWriteError(step, root, err) from err
 
+    def train(self, resume_from_checkpoint=None, *args, **kwargs):
+        if isinstance(resume_from_checkpoint, str):
+            self._total_train_tokens = logged_tokens(Path(resume_from_checkpoint))
+        return super().train(resume_from_checkpoint, *args, **kwargs)
+
     def _get_output_dir(self, trial):
         staging = self._checkpoint_staging
         return staging if staging is not None else super()._get_output_dir(trial=trial)
+
+
+def logged_tokens(checkpoint: Path) -> int:
+    """The last ``num_tokens`` a checkpoint's trainer state logged (0 when none)."""
+    history = json.loads((checkpoint / "trainer_state.json").read_text()).get("log_history", [])
+    return int(next((row["num_tokens"] for row in reversed(history) if "num_tokens" in row), 0))

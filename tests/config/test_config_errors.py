@@ -204,7 +204,7 @@ CASES = [
      ["train.micro_batch_size=3 does not divide train.prompts_per_step=4"]),
     ("sft-schedule", ["sft", "train.lr_scheduler=cosin"], ["Invalid train.lr_scheduler='cosin'", "cosine"]),
     ("sft-range", ["sft", "train.learning_rate=0"], ["train.learning_rate=0"]),
-    ("sft-processes", ["sft", "hardware.num_processes=2"], ["rlpost sft runs in one process"]),
+    ("sft-processes", ["sft", "hardware.num_processes=2"], ["hardware.num_processes=2: rlpost sft runs in one process"]),
     ("sft-eval-size", ["sft", "eval.size=200"], ["eval.size=200 is larger than data.eval_size=100"]),
     ("sft-unknown-task", ["sft", "data.task=basic_arithmetc"], ["Did you mean 'basic_arithmetic'?"]),
     ("sft-reward-term", ["sft", "reward.terms.0.name=math_answr"], ["Did you mean 'math_answer'?"]),

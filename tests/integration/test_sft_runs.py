@@ -20,7 +20,8 @@ from rlpost.models.loading import ModelConfig, tiny_random_folder
 from rlpost.runs.checkpoints import is_complete
 from rlpost.runs.preemption import EXIT_PREEMPTED
 
-from support.runs import NOT_COMPARED, REPO, TINY_CLI, finish, run_cli, wait_for
+from support.paths import REPO
+from support.runs import NOT_COMPARED, TINY_CLI, finish, run_cli, wait_for
 
 SFT = [
     "model=tiny-random",

@@ -10,9 +10,9 @@ import sys
 import time
 from pathlib import Path
 
+from support.paths import REPO  # the checkout whose rlpost and tests/ the subprocesses import
 from support.trainer import HASH_REWARD, TINY
 
-REPO = Path(__file__).resolve().parent.parent
 ARGS = [
     "model=tiny-random",
     "train.max_completion_length=8",
