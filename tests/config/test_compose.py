@@ -83,8 +83,6 @@ def options() -> list[tuple[str, str]]:
     found = []
     for path in sorted(CONF.rglob("*.yaml")):
         group = path.parent.relative_to(CONF).as_posix()
-        if group == "recipe" and sft_recipe(path):  # rlpost sft's recipes: tests/unit/sft/
-            continue
         if group != "." and not group.startswith("hydra/"):  # hydra/launcher: Hydra's own node (test_scale.py)
             found.append((group, path.stem))
     return found
