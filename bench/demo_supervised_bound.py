@@ -1,5 +1,10 @@
 """How far the default demo could go with the answers given: supervised steps on gold answers (issue 22).
 
+Superseded by ``rlpost sft recipe=sft_demo_bound seed=0`` (recipes/sft_demo_bound.yaml, issue 50): the same 20 steps
+on the same targets and rows through TRL's SFTTrainer, with a run directory, held-out evaluation at steps 0, 10 and
+20 and checkpoints; bench/METHODS.md gives that command. This script stays for its per-operator breakdown and its
+lr / prompts-per-step grid.
+
 Not a method. It bounds the demo's target from above. ``recipe=default`` trains SmolLM2-135M-Instruct for 20 steps on
 2 prompts each, 40 prompts in all, with exact correctness as the only reward. Here the same model takes 20 AdamW steps
 on the gold answers of 40 training prompts of the same seed instead, with the recipe's optimizer settings: constant

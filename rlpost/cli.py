@@ -16,6 +16,7 @@ commands:
   show    the composed config and a plain-language explanation of the run
   list    every choice: components and config group options: rlpost list [kind | group, e.g. loss, algorithm, recipe]
   subspace  reference subspaces from two checkpoints: rlpost subspace --from A --to B --rank 8 --out FILE
+  sft     supervised fine-tuning on targets made from the data: rlpost sft ['target="{expression} = {answer}"'] [-m]
   train-rm  a reward model from preference pairs or valuations: rlpost train-rm [objective=regression] [data.train=...]
   merge   interpolate / task-arithmetic / TIES checkpoints, merge LoRA: rlpost merge models=[A,B] alpha=0.5 [-m]
   eval    accuracy, reward, pass@k, length on held-out data: rlpost eval run=<run dir> | model=... [samples=8]
@@ -36,6 +37,7 @@ COMMANDS: dict[str, str] = {
     "show": "show",
     "list": "list",
     "subspace": "subspace",
+    "sft": "sft",
     "train-rm": "train_rm",
     "merge": "merge",
     "eval": "eval",

@@ -209,6 +209,24 @@ CASES = [
     ("luspo-under-a-token-sum", ["train", "algorithm=dapo", "algorithm/loss=luspo"],
      ["algorithm/loss=luspo already scales each sequence's loss by its length", "algorithm.aggregation=token-mean",
       "use algorithm.aggregation=seq-mean-token-mean (algorithm=luspo)"]),
+    # rlpost sft (conf/sft.yaml, rlpost/sft/config.py): its own keys, and rlpost train's checks of the shared groups
+    ("sft-unknown-key", ["sft", "train.stepz=3"],
+     ["Unknown key train.stepz", "Did you mean 'steps'?", "Valid keys of train:", "prompts_per_step"]),
+    ("sft-unknown-group-option", ["sft", "model=tiny-randm"],
+     ["Could not find 'model/tiny-randm'", "Did you mean 'tiny-random'?"]),
+    ("sft-target-missing-field", ["sft", "model=tiny-random", 'target="{expresion} = {answer}"'],
+     ["target='{expresion} = {answer}': row 0 of the training data has no field 'expresion'", "expression"]),
+    ("sft-target-not-a-format", ["sft", "target='{answer'"], ["target='{answer' is not a Python format string"]),
+    ("sft-micro-batch", ["sft", "train.prompts_per_step=4", "train.micro_batch_size=3"],
+     ["train.micro_batch_size=3 does not divide train.prompts_per_step=4"]),
+    ("sft-schedule", ["sft", "train.lr_scheduler=cosin"], ["Invalid train.lr_scheduler='cosin'", "cosine"]),
+    ("sft-range", ["sft", "train.learning_rate=0"], ["train.learning_rate=0"]),
+    ("sft-processes", ["sft", "hardware.num_processes=2"], ["hardware.num_processes=2: rlpost sft runs in one process"]),
+    ("sft-eval-size", ["sft", "eval.size=200"], ["eval.size=200 is larger than data.eval_size=100"]),
+    ("sft-unknown-task", ["sft", "data.task=basic_arithmetc"], ["Did you mean 'basic_arithmetic'?"]),
+    ("sft-reward-term", ["sft", "reward.terms.0.name=math_answr"], ["Did you mean 'math_answer'?"]),
+    ("sft-episodes", ["sft", "+data/env=calculator"], ["data/env=calculator plays episodes", "rlpost train"]),
+    ("sft-bad-resume", ["sft", "resume=/nope/run"], ["resume='/nope/run' is neither a run directory"]),
 ]  # fmt: skip
 
 
@@ -276,6 +294,7 @@ SUBPROCESS_CASES = [
     "unknown-task",  # used to fail only after the run directory was made and the model loaded
     "multirun-bad-job",  # multirun: no job runs
     "unknown-command",
+    "sft-target-missing-field",  # rlpost sft: its rows are read and its targets rendered before any model loads
 ]
 
 
