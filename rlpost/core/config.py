@@ -258,7 +258,7 @@ def plan_batch(train: TrainSettings, world_size: int) -> BatchPlan:
     )
 
 
-def _checkpointing_arg() -> str:
+def checkpointing_arg() -> str:
     """transformers' name for activation checkpointing: ``activation_checkpointing`` where it exists (5.2x; the old
     ``gradient_checkpointing`` then warns that it is deprecated), else ``gradient_checkpointing``."""
     from transformers import TrainingArguments
@@ -301,7 +301,7 @@ def grpo_config_kwargs(
         temperature=train.temperature,
         top_p=train.top_p,
         top_k=train.top_k,
-        **{_checkpointing_arg(): train.gradient_checkpointing},
+        **{checkpointing_arg(): train.gradient_checkpointing},
         beta=beta,
         mask_truncated_completions=mask_truncated,
         loss_type="grpo",  # never reached: RLPostTrainer owns the loss

@@ -18,9 +18,9 @@ an unknown learning-rate schedule, a reward column or ``eval.group_by`` that the
 from __future__ import annotations
 
 from dataclasses import dataclass, field, fields
-from typing import Annotated, Any, Literal
+from typing import Annotated, Any
 
-from rlpost.core.config import EvalSettings, HardwareConfig
+from rlpost.core.config import EvalSettings, HardwareConfig, LoggingSettings
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.data.sources import DataConfig
@@ -62,15 +62,6 @@ class SFTEvalSettings(EvalSettings):
 
 
 @dataclass(frozen=True)
-class SFTLoggingSettings:
-    wandb: Literal["disabled", "offline", "online"] = "disabled"
-    wandb_project: str = "rlpost"
-    tensorboard: bool = True
-    progress: bool = True
-    plots: bool = True
-
-
-@dataclass(frozen=True)
 class SFTSettings:
     """The composed conf/sft.yaml, typed."""
 
@@ -84,7 +75,7 @@ class SFTSettings:
     target: str = "{answer}"  # the completion: a format string over the row's fields (rlpost/sft/targets.py)
     train: SFTTrainSettings = field(default_factory=SFTTrainSettings)
     eval: SFTEvalSettings = field(default_factory=SFTEvalSettings)
-    logging: SFTLoggingSettings = field(default_factory=SFTLoggingSettings)
+    logging: LoggingSettings = field(default_factory=LoggingSettings)  # rlpost train's: trackers, progress, plots
 
     @property
     def micro_batch_size(self) -> int:

@@ -32,7 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from rlpost.analysis.plots import plot_curves
-from rlpost.core.config import _checkpointing_arg
+from rlpost.core.config import checkpointing_arg
 from rlpost.core.errors import ConfigError
 from rlpost.core.secrets import install_log_redaction
 from rlpost.evaluation.best_checkpoint import BestCheckpoint
@@ -44,6 +44,7 @@ from rlpost.runs.checkpoints import CheckpointWriteError, checkpoint_to_load, re
 from rlpost.runs.preemption import PreemptionCallback
 from rlpost.runs.ranks import write_folder
 from rlpost.runs.rundir import EVAL_ITEMS, EVAL_ITEMS_BEFORE, RunDirectory
+from rlpost.runs.trackers import configure as configure_trackers
 from rlpost.sft.config import SFTJob, SFTSettings
 from rlpost.sft.targets import sft_dataset
 from rlpost.sft.trainer import RunSFTTrainer
@@ -57,10 +58,7 @@ def train_sft(job: SFTJob, cfg: Any, run_dir: str | os.PathLike, overrides: list
     s, run = job.settings, job.run
     rundir = RunDirectory(run_dir)
     install_log_redaction()  # secrets never reach a log record (rlpost/core/secrets.py)
-    os.environ["TENSORBOARD_LOGGING_DIR"] = str(rundir.path / "tensorboard")
-    os.environ["WANDB_MODE"] = s.logging.wandb
-    os.environ["WANDB_DIR"] = str(rundir.path)
-    os.environ.setdefault("WANDB_PROJECT", s.logging.wandb_project)
+    configure_trackers(s.logging, rundir.path)  # logging.trackers, offline, in this run's directory (as rlpost train)
 
     tokenizer = load_tokenizer(s.model)
     model = load_model(s.model).to(s.hardware.device)
@@ -137,7 +135,7 @@ def train_sft(job: SFTJob, cfg: Any, run_dir: str | os.PathLike, overrides: list
 def sft_config_kwargs(s: SFTSettings, output_dir: str | os.PathLike) -> dict[str, Any]:
     """Keyword arguments for ``trl.SFTConfig`` of this job (the one place ``rlpost sft`` maps onto TRL)."""
     t, hw, lg = s.train, s.hardware, s.logging
-    report_to = [name for name, on in (("tensorboard", lg.tensorboard), ("wandb", lg.wandb != "disabled")) if on]
+    report_to = lg.active_trackers()
     return dict(
         output_dir=str(output_dir),
         seed=s.seed,
@@ -151,7 +149,7 @@ def sft_config_kwargs(s: SFTSettings, output_dir: str | os.PathLike) -> dict[str
         per_device_train_batch_size=s.micro_batch_size,
         gradient_accumulation_steps=t.prompts_per_step // s.micro_batch_size,
         train_sampling_strategy="random" if t.shuffle else "sequential",
-        **{_checkpointing_arg(): t.gradient_checkpointing},  # TRL's SFTConfig would turn it on
+        **{checkpointing_arg(): t.gradient_checkpointing},  # TRL's SFTConfig would turn it on
         bf16=hw.precision == "bf16",  # TRL's SFTConfig would default to bf16
         fp16=hw.precision == "fp16",
         use_cpu=hw.device == "cpu",

@@ -34,7 +34,7 @@ SFT = [
     "train.learning_rate=1e-3",
     'target="{expression} = {answer}"',
     "logging.progress=false",
-    "logging.tensorboard=false",
+    "logging.trackers=[]",
 ]
 
 
