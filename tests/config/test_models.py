@@ -14,9 +14,9 @@ from paths import REPO
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
-from rlpost.models.loading import LoraSettings, ModelConfig
 from rlpost.models import bundled as bundled_models
 from rlpost.models import loading as models
+from rlpost.models.loading import LoraSettings, ModelConfig
 
 CONF = REPO / "conf" / "model"
 TINY = ModelConfig(source="tiny_random")

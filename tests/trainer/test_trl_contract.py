@@ -9,6 +9,8 @@ the seam, instead of letting a run go subtly wrong:
   names rlpost relies on, and TRL's method has exactly those parameters (in order);
 - every attribute the trainer code reads from TRL (found by reading the source: ``self.<name>`` /
   ``trainer.<name>`` that rlpost never assigns) exists on a real GRPOTrainer;
+- the keys of TRL's loss batch (the output of ``_generate_and_score_completions``) are the ones
+  rlpost/losses/base.py declares, and the loss seam refuses a key that neither TRL nor rlpost declares;
 - the pinned versions are the ones installed.
 """
 
@@ -16,7 +18,9 @@ from __future__ import annotations
 
 import ast
 import inspect
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import transformers
@@ -27,16 +31,18 @@ from trl import GRPOTrainer
 from rlpost.algorithms.ppo import PPOTrainer
 from rlpost.algorithms.regen import RegenTrainer
 from rlpost.core.component import Component
+from rlpost.losses.base import LOSS_BATCH_KEYS, TRL_LOSS_BATCH_KEYS, undeclared_keys
 from rlpost.trainer import RLPostTrainer
+from rlpost.trainer.loss import LossSeams
 
 ROOT = REPO
 TRAINER_SOURCES = [*sorted((ROOT / "rlpost" / "trainer").glob("*.py")), *(ROOT / "rlpost" / "algorithms").glob("*.py")]
-TRAINER_SOURCES += [
-    ROOT / "rlpost" / "replay.py",
-    ROOT / "rlpost" / "checkpoints.py",
+TRAINER_SOURCES += [  # modules handed the trainer object: they read its public TRL attributes
+    ROOT / "rlpost" / "runs" / "replay.py",
+    ROOT / "rlpost" / "runs" / "checkpoints.py",
     ROOT / "rlpost" / "safety" / "kit.py",
 ]
-TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies read TRL state through RolloutContext
+TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies: none may read the trainer (issue 47)
 
 # the seam -> the parameter names rlpost's override relies on (TRL 1.16.0 / transformers 5.2x)
 SEAMS = {
@@ -172,3 +178,32 @@ def test_every_attribute_rlpost_reads_exists_on_trl(plain_trainer):
     trl_private = [n for n in from_trl if n.startswith("_") and hasattr(plain_trainer, n)]
     assert not missing, f"rlpost reads these trainer attributes that trl {trl.__version__} does not have: {missing}"
     assert "_metrics" in trl_private and "_tokenizer" in trl_private  # the contract covers TRL's private state
+
+
+def trl_output_keys() -> set[str]:
+    """The keys ``GRPOTrainer._generate_and_score_completions`` puts into its output dict (read from its source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(GRPOTrainer._generate_and_score_completions)))
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets):
+                keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "output" and isinstance(node.slice, ast.Constant):
+                keys.add(node.slice.value)
+    return keys
+
+
+def test_trl_loss_batch_keys_are_the_declared_ones():
+    assert trl_output_keys() == set(TRL_LOSS_BATCH_KEYS), "TRL's loss batch changed: update TRL_LOSS_BATCH_KEYS"
+    assert not set(LOSS_BATCH_KEYS) & TRL_LOSS_BATCH_KEYS  # rlpost's keys never shadow TRL's
+    assert all(key.startswith(("rlpost_", "air_")) for key in LOSS_BATCH_KEYS)
+
+
+def test_the_loss_seam_refuses_a_key_nobody_declared():
+    # the trainer only adds declared keys: a component (score_rollouts, prepare) or a trainer subclass that puts
+    # any other key into the loss batch fails at its first loss, before any forward
+    declared = {"prompt_ids": None, "completion_ids": None, "rlpost_keep": None, "rlpost_teacher_logps": None}
+    assert undeclared_keys(declared) == []
+    with pytest.raises(RuntimeError, match=r"keys nobody declared: \['rlpost_new_thing'\].*LOSS_BATCH_KEYS"):
+        LossSeams._compute_loss(SimpleNamespace(), None, {**declared, "rlpost_new_thing": None})

@@ -74,25 +74,36 @@ def test_bad_templates_are_refused():
 
 
 def test_with_episodes_each_generate_call_resets_the_environment_from_its_own_rows():
-    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): a strategy's call on a
-    # subset or on conditioned prompts swaps in those rows for the call, and the batch's rows come back after it
+    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): for a strategy's call on
+    # a subset or on conditioned prompts the trainer swaps in those rows (and G = 1) for the call, and the batch's
+    # rows come back after it; the RolloutContext itself holds callables only, never the trainer
     from types import SimpleNamespace
 
-    from rlpost.rollouts.base import RolloutContext
+    from rlpost.trainer.rollouts import RolloutSeams
 
     seen = []
     batch_rows = [{"prompt": "x0"}, {"prompt": "x1"}]
 
-    def generate(prompts):
-        seen.append([r["prompt"] for r in trainer.batch.rows])
-        n = len(prompts)
-        return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
+    class TRL:  # TRL's _generate, below the trainer's rollout seams in the MRO
+        def _generate(self, prompts):
+            seen.append([r["prompt"] for r in self.batch.rows])
+            assert self.num_generations == 1  # one completion per prompt for the call
+            n = len(prompts)
+            return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
 
-    trainer = SimpleNamespace(
-        batch=SimpleNamespace(rows=batch_rows), run=SimpleNamespace(env=object()), num_generations=2,
-        _tokenizer=None, state=SimpleNamespace(global_step=0), args=SimpleNamespace(seed=0),
-    )  # fmt: skip
-    ctx = RolloutContext(trainer, generate, batch_rows, 2)
+    class Trainer(RolloutSeams, TRL):
+        pass
+
+    trainer = Trainer()
+    trainer.batch, trainer.run, trainer.num_generations = (
+        SimpleNamespace(rows=batch_rows),
+        SimpleNamespace(env=object()),
+        2,
+    )
+    trainer._tokenizer, trainer.eos_token_ids, trainer.accelerator = None, [0], SimpleNamespace(device="cpu")
+    trainer.state, trainer.args = SimpleNamespace(global_step=0), SimpleNamespace(seed=0)
+    ctx = trainer._rollout_context()
+    assert not hasattr(ctx, "trainer")
     out = ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
     assert seen == [["c1"]] and trainer.batch.rows is batch_rows and trainer.num_generations == 2
     assert out.kinds == ["conditioned"]
