@@ -63,6 +63,7 @@ def trainer_private_accesses(path: Path) -> list[str]:
     ``getattr`` / ``setattr`` / ``hasattr`` with a literal ``"_<name>"``."""
     tree = ast.parse(path.read_text(), str(path))
     aliases = _trainer_aliases(tree)
+    where = path.relative_to(REPO) if path.is_relative_to(REPO) else path.name
     found = []
     for node in ast.walk(tree):
         name, owner = None, None
@@ -78,8 +79,8 @@ def trainer_private_accesses(path: Path) -> list[str]:
         ):
             name, owner = node.args[1].value, node.args[0]
         if name and name.startswith("_") and not name.startswith("__") and _trainer_like(owner, aliases):
-            found.append(f"{path.relative_to(REPO)}:{node.lineno}: {ast.unparse(node)}")
-    return found
+            found.append((node.lineno, f"{where}:{node.lineno}: {ast.unparse(node)}"))
+    return [line for _, line in sorted(found)]
 
 
 def test_the_scan_finds_every_form_of_a_private_trainer_access(tmp_path):

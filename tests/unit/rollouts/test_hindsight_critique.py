@@ -51,6 +51,36 @@ def test_loss_term_reads_the_scored_batch_and_logs_kl_per_retry_token():
     assert strategy().loss_term(x) == (None, {})
 
 
+def test_score_rollouts_scores_each_retry_after_its_critique_prompt_through_the_policy_callable():
+    # score_rollouts reads a ScoringInputs, never the trainer: the retry rows' completions (their counted tokens,
+    # the width of the batch) go to policy_logprobs after the prompt of c each was sampled under
+    from rlpost.core.component import ScoringInputs
+    from rlpost.rollouts.conditioned import KIND
+
+    calls = []
+
+    def policy_logprobs(prompts, completions, width=None):
+        calls.append((prompts, completions, width))
+        return torch.full((len(prompts), width), -0.5), torch.ones(len(prompts), width)
+
+    hindsight = strategy(opd_coef=2.0)
+    hindsight.teacher_prompts = {1: [7, 8, 9]}  # row 1 is the retry, sampled after c = [7, 8, 9]
+    output = {
+        "completion_ids": torch.tensor([[1, 2, 0], [3, 4, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 0]]),
+    }
+
+    def inputs(training):
+        return ScoringInputs(output=output, rows=[{}, {}], training=training, num_generations=2, local=slice(0, 2),
+                             kinds=["natural", KIND] if training else None, policy_logprobs=policy_logprobs)  # fmt: skip
+
+    out = hindsight.score_rollouts(inputs(True))
+    assert calls == [([[7, 8, 9]], [[3, 4]], 3)]
+    assert out[WEIGHT].tolist() == [0.0, 2.0] and out[TEACHER].tolist() == [[0.0] * 3, [-0.5] * 3]
+    out = hindsight.score_rollouts(inputs(False))  # evaluation: no kinds, no forward, nothing weighted
+    assert len(calls) == 1 and out[WEIGHT].sum() == 0 and out[TEACHER].abs().sum() == 0
+
+
 def test_the_writer_sees_the_gold_answer_only_with_hindsight():
     row = {"answer": "Osk"}
     seen = strategy().critique_prompt(row, "Where was Ada born?", "Lund")
