@@ -35,7 +35,7 @@ from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
 from rlpost.losses.base import OLD_VALUES, RETURNS, LossInputs
-from rlpost.models.critic import CriticModel, ValueHead, completion_values, value_loss
+from rlpost.models.critic import CriticModel, HiddenCapture, ValueHead, completion_values, value_loss
 from rlpost.trainer import RLPostTrainer
 
 CRITIC_FILE = "critic.safetensors"
@@ -57,10 +57,10 @@ class PPOTrainer(RLPostTrainer):
     def __init__(self, *args: Any, run, model, **kwargs):
         cfg = run.algorithm.critic
         self.critic_cfg = cfg
-        self._backbone: torch.nn.Module | None = None  # with a value head: the policy's backbone (its hidden states)
+        self._capture: HiddenCapture | None = None  # with a value head: the policy backbone's hidden states
         if cfg.kind == "head":
             self.critic = ValueHead(model.config.get_text_config().hidden_size)
-            self._backbone = model.base_model  # hooked for the duration of each forward (_values)
+            self._capture = HiddenCapture(model.base_model)
         else:
             self.critic = CriticModel(model)  # copied before TRL wraps the policy (LoRA, ...)
         super().__init__(*args, run=run, model=model, **kwargs)
@@ -70,14 +70,9 @@ class PPOTrainer(RLPostTrainer):
     def _values(self, batch: dict, forward) -> tuple[torch.Tensor, Any]:
         """V(s_t) [B, T] of the batch's completion tokens, and what ``forward()`` (the policy pass) returned."""
         completion_length = batch["completion_ids"].size(1)
-        if self.critic_cfg.kind == "head":  # the backbone's outputs of this forward (one per micro-batch it runs)
-            hidden: list[torch.Tensor] = []
-            assert self._backbone is not None  # set with the head (__init__)
-            hook = self._backbone.register_forward_hook(lambda module, args, out: hidden.append(out.last_hidden_state))
-            try:
+        if self._capture is not None:  # the value head: the backbone's outputs of this forward
+            with self._capture() as hidden:
                 result = forward()
-            finally:
-                hook.remove()
             return completion_values(self.critic(torch.cat(hidden, dim=0)), completion_length), result
         result = forward()
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
