@@ -10,7 +10,9 @@ TRL 1.16 has no PPOTrainer, so PPO is RLPostTrainer plus a critic; everything el
    (``advantages/gae.py``), which the loss reads from the pipeline's result.
 2. Loss (seam 4, hook ``_critic_loss``): the policy loss is the run's ``loss`` component (``clip``
    for PPO, ``output_reset`` for PPO-OR) on TRL's behaviour log-probs (``old_per_token_logps``); the
-   clipped value loss times ``value_coef`` is added per token, then the run's one aggregation.
+   clipped value loss times ``value_coef`` is added per token, then the run's one aggregation. The
+   values come with the loss's one policy forward and are kept in the micro-batch's ``LossPass``
+   (rlpost/trainer/batch.py), not on the trainer.
 3. Optimizer, clipping, checkpoints: the critic is a parameter group of TRL's optimizer with its own
    learning rate, clipped on its own, zeroed after each optimizer step, saved as ``critic.safetensors``
    with every checkpoint and the final model, and restored on resume.
@@ -32,8 +34,8 @@ import torch
 from safetensors.torch import load_file, save_file
 from transformers import TrainerCallback
 
-from rlpost.losses.base import LossInputs
-from rlpost.models.critic import CriticModel, ValueHead, completion_values, value_loss
+from rlpost.losses.base import OLD_VALUES, RETURNS, LossInputs
+from rlpost.models.critic import CriticModel, HiddenCapture, ValueHead, completion_values, value_loss
 from rlpost.trainer import RLPostTrainer
 
 CRITIC_FILE = "critic.safetensors"
@@ -55,31 +57,22 @@ class PPOTrainer(RLPostTrainer):
     def __init__(self, *args: Any, run, model, **kwargs):
         cfg = run.algorithm.critic
         self.critic_cfg = cfg
-        self._hidden: list[torch.Tensor] | None = None  # backbone outputs captured while not None
-        self._loss_batch: dict | None = None  # the micro-batch whose policy forward also yields the values
-        self._loss_values: torch.Tensor | None = None
+        self._capture: HiddenCapture | None = None  # with a value head: the policy backbone's hidden states
         if cfg.kind == "head":
             self.critic = ValueHead(model.config.get_text_config().hidden_size)
-            model.base_model.register_forward_hook(self._capture_hidden)
+            self._capture = HiddenCapture(model.base_model)
         else:
             self.critic = CriticModel(model)  # copied before TRL wraps the policy (LoRA, ...)
         super().__init__(*args, run=run, model=model, **kwargs)
         self.critic.to(self.accelerator.device)
         self.add_callback(_ZeroCriticGrads(self.critic))
 
-    def _capture_hidden(self, module, args, output) -> None:
-        if self._hidden is not None:
-            self._hidden.append(output.last_hidden_state)
-
     def _values(self, batch: dict, forward) -> tuple[torch.Tensor, Any]:
         """V(s_t) [B, T] of the batch's completion tokens, and what ``forward()`` (the policy pass) returned."""
         completion_length = batch["completion_ids"].size(1)
-        if self.critic_cfg.kind == "head":
-            self._hidden = []
-            try:
+        if self._capture is not None:  # the value head: the backbone's outputs of this forward
+            with self._capture() as hidden:
                 result = forward()
-            finally:
-                hidden, self._hidden = self._hidden, None
             return completion_values(self.critic(torch.cat(hidden, dim=0)), completion_length), result
         result = forward()
         input_ids = torch.cat([batch["prompt_ids"], batch["completion_ids"]], dim=1)
@@ -113,36 +106,27 @@ class PPOTrainer(RLPostTrainer):
         if "returns" not in result.extras:
             raise RuntimeError("algorithm.critic is set but the advantage gave no returns (use advantage=gae)")
         local, length = self._process_slice(len(inputs)), output["completion_ids"].size(1)
-        output["rlpost_returns"] = result.extras["returns"][local][:, :length]
-        output["rlpost_old_values"] = result.batch.extras["values"][local][:, :length]
+        output[RETURNS] = result.extras["returns"][local][:, :length]
+        output[OLD_VALUES] = result.batch.extras["values"][local][:, :length]
         return output
 
     # ---- loss: the clipped value loss added per token (hook in RLPostTrainer._compute_loss) -------
-    def _compute_loss(self, model, inputs):
-        self._loss_batch, self._loss_values = inputs, None
-        try:
-            return super()._compute_loss(model, inputs)
-        finally:
-            self._loss_batch = None
-
     def _get_per_token_logps_and_entropies(self, model, *args, **kwargs):
-        batch = self._loss_batch
-        if batch is None:  # rollout, reference and evaluation passes
+        loss = self.loss_pass  # the micro-batch whose loss is being computed (rlpost/trainer/loss.py)
+        if loss is None or loss.values is not None:  # rollout, reference passes; a loss's later forwards
             return super()._get_per_token_logps_and_entropies(model, *args, **kwargs)
-        self._loss_batch = None  # the loss's one policy forward: its values come with it
-        values, result = self._values(
-            batch, lambda: super(PPOTrainer, self)._get_per_token_logps_and_entropies(model, *args, **kwargs)
+        values, result = self._values(  # the loss's one policy forward: its values come with it
+            loss.inputs, lambda: super(PPOTrainer, self)._get_per_token_logps_and_entropies(model, *args, **kwargs)
         )
-        self._loss_values = values
+        loss.values = values
         return result
 
     def _critic_loss(self, x: LossInputs, metrics: dict[str, float]) -> torch.Tensor:
-        if self._loss_values is None:
+        values = self.loss_pass.values if self.loss_pass is not None else None
+        if values is None:
             raise RuntimeError("PPO value loss: the policy forward of this micro-batch produced no values")
         cfg = self.critic_cfg
-        loss, value_metrics = value_loss(
-            self._loss_values, x.batch["rlpost_old_values"], x.batch["rlpost_returns"], x.mask, cfg.value_clip
-        )
+        loss, value_metrics = value_loss(values, x.batch[OLD_VALUES], x.batch[RETURNS], x.mask, cfg.value_clip)
         metrics.update(value_metrics)
         return cfg.value_coef * loss
 

@@ -32,19 +32,24 @@ Choices where the seed is silent:
   ``rlpost eval`` merges (``merge_saved_ensemble``: the same ensemble mean).
 - The distinctness term is a per-step scalar, added to each micro-batch's loss divided by the
   gradient-accumulation steps (as the aggregation normalises the policy loss).
+
+Which adapter a forward uses is per-batch state, not a trainer attribute: while a training batch is generated
+and scored, ``self.batch.adapters`` (rlpost/trainer/batch.py, set by ``_new_batch``); in the loss, the
+micro-batch's own ``rlpost_adapter`` column (``self.loss_pass``); anywhere else the ensemble mean.
 """
 
 from __future__ import annotations
 
 import os
-from contextlib import contextmanager
 from typing import Any
 
 import torch
 from safetensors.torch import load_file
 
+from rlpost.losses.base import ADAPTER
 from rlpost.models.lora_ensemble import ATTRIBUTE, ENSEMBLE_FILE, LoraEnsemble, mutual_information
 from rlpost.trainer import RLPostTrainer
+from rlpost.trainer.batch import GenerationBatch
 
 
 def adapter_of_rows(first: int, rows: int, group_size: int, adapters: int) -> torch.Tensor:
@@ -68,25 +73,33 @@ class UGTTTTrainer(RLPostTrainer):
             init_std=cfg.init_std,
             seed=self.args.seed,
         )
-        self._rows: torch.Tensor | None = None  # [B] adapter of each row of the batch in flight (None: ensemble mean)
 
-    @contextmanager
-    def _routed(self, rows: torch.Tensor | None):
-        previous, self._rows = self._rows, rows
-        try:
-            yield
-        finally:
-            self._rows = previous
+    def _adapters(self) -> torch.Tensor | None:
+        """[B] the adapter of each row of the forward in flight: the loss micro-batch's, else the batch being
+        generated and scored; None: the ensemble mean."""
+        if self.loss_pass is not None:
+            return self.loss_pass.inputs.get(ADAPTER)
+        return self.batch.adapters if self.batch is not None else None
 
     # ---- rollouts: each row samples with its adapter -----------------------------------------
+    def _new_batch(self, inputs: list) -> GenerationBatch:
+        batch = super()._new_batch(inputs)
+        if self.model.training:
+            batch.adapters = self._adapters_of(inputs)
+        return batch
+
+    def _adapters_of(self, inputs: list) -> torch.Tensor:
+        first = self.accelerator.process_index * len(inputs)
+        return adapter_of_rows(first, len(inputs), self.num_generations, self.ensemble_cfg.adapters)
+
     def _generate_and_score_completions(self, inputs):
         if not self.model.training:
             return super()._generate_and_score_completions(inputs)
-        first = self.accelerator.process_index * len(inputs)
-        rows = adapter_of_rows(first, len(inputs), self.num_generations, self.ensemble_cfg.adapters)
-        with self._routed(rows):
-            output = super()._generate_and_score_completions(inputs)
-        output["rlpost_adapter"] = rows.to(output["completion_ids"].device)
+        rows = self._adapters_of(inputs)
+        output = super()._generate_and_score_completions(inputs)  # routed by self.batch.adapters (_new_batch)
+        assert self.batch is not None
+        self.batch.adapters = None  # generated and scored: later forwards are the loss's (or the ensemble mean)
+        output[ADAPTER] = rows.to(output["completion_ids"].device)
         mi = self._disagreement(output) * self._loss_mask(output)  # [B, T]
         advantages = output["advantages"]
         advantages = advantages.unsqueeze(1) if advantages.dim() == 1 else advantages
@@ -95,12 +108,13 @@ class UGTTTTrainer(RLPostTrainer):
         return output
 
     def _generate_single_turn(self, prompt_ids, images, multimodal_fields, num_generations, has_tool_images=False):
-        if self._rows is None:
+        routed = self._adapters()
+        if routed is None:
             return super()._generate_single_turn(
                 prompt_ids, images, multimodal_fields, num_generations, has_tool_images
             )
         turn_rows = self.batch.turn_rows if self.batch is not None and self.batch.turn_rows is not None else None
-        adapters = (self._rows if turn_rows is None else self._rows[list(turn_rows)]).tolist()
+        adapters = (routed if turn_rows is None else routed[list(turn_rows)]).tolist()
         if len(adapters) != len(prompt_ids):
             raise RuntimeError(f"UG-TTT: {len(prompt_ids)} prompts to generate but {len(adapters)} routed rows")
         completions: list = [None] * len(prompt_ids)
@@ -119,7 +133,7 @@ class UGTTTTrainer(RLPostTrainer):
     def _get_per_token_logps_and_entropies(
         self, model, input_ids, attention_mask, logits_to_keep, batch_size=None, compute_entropy=False, **kwargs
     ):
-        rows = self._rows
+        rows = self._adapters()
         if rows is None or model is self.ref_model:  # the ensemble mean; the reference is the plain base
             return super()._get_per_token_logps_and_entropies(
                 model, input_ids, attention_mask, logits_to_keep, batch_size, compute_entropy, **kwargs
@@ -175,8 +189,7 @@ class UGTTTTrainer(RLPostTrainer):
 
     # ---- loss: the adapter of each row; the distinctness term --------------------------------
     def _compute_loss(self, model, inputs):
-        with self._routed(inputs["rlpost_adapter"] if "rlpost_adapter" in inputs else None):
-            loss = super()._compute_loss(model, inputs)
+        loss = super()._compute_loss(model, inputs)  # each row's adapter: its ADAPTER column (self.loss_pass)
         distinct = self.ensemble.distinctness()
         mode = "train" if self.model.training else "eval"
         grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1

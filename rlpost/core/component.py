@@ -10,7 +10,7 @@ default, so they call it on every component and never probe for it:
     check_run(run)     build.check_run          cross-group checks against the built run
     describe()         rlpost show              the component's formula in one line
     sampler(...)       trainer seam 0           which prompts share a generation batch (None: TRL's)
-    score_rollouts()   trainer seam 3           this process's tensors computed with another model
+    score_rollouts(x)  trainer seam 3           this process's tensors computed with another model
     stateful, state_dict(), load_state_dict()   rlpost/runs/state.py: saved with every checkpoint
 
 What each kind adds: ``Regularizer.prepare``, ``GradTransform.check_compatible``,
@@ -19,10 +19,15 @@ What each kind adds: ``Regularizer.prepare``, ``GradTransform.check_compatible``
 Every default keeps exactly the behaviour of a component that lacked the member before the
 contract: ``prepare`` and ``score_rollouts`` return ``{}`` (nothing added to the batch), ``sampler``
 returns ``None`` (TRL's sampler), ``adjust_rewards`` returns the rewards unchanged.
+
+Components never receive the trainer object (DESIGN.md): ``score_rollouts`` reads a ``ScoringInputs``
+the trainer builds (rlpost/trainer/scoring.py), with callables for what needs the trainer's models
+(log-probs) and its metrics (``log``); a rollout strategy gets a ``RolloutContext`` (rlpost/rollouts/base.py).
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any, ClassVar
 
@@ -31,6 +36,43 @@ from rlpost.core.registry import describe
 if TYPE_CHECKING:
     import torch
     from torch.utils.data import Sampler
+
+
+def _not_given(*args: Any, **kwargs: Any) -> Any:
+    raise RuntimeError("this ScoringInputs was built without that callable (the trainer gives every one)")
+
+
+@dataclass(frozen=True)
+class ScoringInputs:
+    """What ``score_rollouts`` reads: one generation batch at scoring time (seam 3), after the pipeline ran.
+
+    Built by the trainer (``RLPostTrainer._scoring_inputs``, rlpost/trainer/scoring.py) for every batch, training
+    and evaluation. B = this process's completions, N = all processes' (gathered), T = completion tokens.
+    """
+
+    # this process's loss batch so far: TRL's output (prompt_ids, prompt_mask [B, P], completion_ids,
+    # completion_mask [B, T], old_per_token_logps [B, T] when TRL kept them, ...) and rlpost's advantages [B] or [B, T]
+    output: dict[str, Any]
+    rows: list[dict[str, Any]]  # [B] the dataset row of each completion, in generation order
+    training: bool  # a training batch (False: an evaluation batch)
+    num_generations: int  # G of this batch (train.num_generations, or the evaluation's)
+    local: slice  # this process's rows of a gathered [N] tensor
+    kinds: list[str] | None = (
+        None  # [B] the rollout strategy's kind per row; None on evaluation batches (and plain sampling)
+    )
+    all_kinds: list[str] | None = None  # [N] the same, gathered over processes
+    task_rewards: torch.Tensor | None = None  # [N] gathered: after combine, adjust and whitening, before shaping
+    tokenizer: Any = None  # the policy's tokenizer (its token ids are the batch's)
+    device: Any = None  # the policy's torch.device
+    temperature: float = 1.0  # the sampling temperature (log-probs are taken at it)
+    # (prompt_ids [M] lists, completion_ids [M] lists, width=None) -> (logps [M, T], mask [M, T]): one no-grad
+    # forward of the policy, completions after their prompt (left-padded), T = max(width, the longest completion)
+    policy_logprobs: Callable[..., tuple[torch.Tensor, torch.Tensor]] = _not_given
+    # (model, input_ids [M, L], attention_mask [M, L], logits_to_keep T) -> logps [M, T] of the last T tokens under a
+    # frozen second model (OPD's teacher), through the trainer's log-prob path (its fused head, its micro-batches)
+    logprobs: Callable[[Any, torch.Tensor, torch.Tensor, int], torch.Tensor] = _not_given
+    log: Callable[[str, float], None] = _not_given  # (metric name, value): the trainer's metrics, this batch's mode
+
 
 # what a component may list in ``requires`` (the trainer fills GroupBatch.extras / token_text with them)
 ROLLOUT_STATISTICS = frozenset({"entropies", "logps", "ref_logps", "token_text"})
@@ -90,9 +132,10 @@ class Component:
         batch ``repeat_count`` times), or None to keep TRL's. The first component returning one wins."""
         return None
 
-    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
-        """Tensors ``[B, ...]`` of this process's rollouts computed with another model (OPD's teacher
-        log-probs), added to the loss batch under their keys; ``{}`` adds nothing."""
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
+        """Tensors ``[B, ...]`` of this process's rollouts computed at scoring time (OPD's teacher log-probs), added
+        to the loss batch under their keys (each declared in ``LOSS_BATCH_KEYS``, rlpost/losses/base.py); ``{}``
+        adds nothing."""
         return {}
 
     def state_dict(self) -> dict[str, Any]:

@@ -32,11 +32,12 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.component import ScoringInputs
 from rlpost.core.schema import Range
-from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
+from rlpost.losses.base import COMPLEXITY, LOSSES, LossInputs, PolicyLoss
 from rlpost.losses.clip import as_2d, clipped_surrogate
 
-COMPLEXITY_KEY = "rlpost_complexity"  # [B] per-row complexity in [0, 1], added at scoring time
+COMPLEXITY_KEY = COMPLEXITY  # [B] per-row complexity in [0, 1], added at scoring time (rlpost/losses/base.py)
 _WORD = re.compile(r"[^\W\d_]{3,}")
 
 
@@ -78,11 +79,10 @@ class AdaptiveClip(PolicyLoss):
             return 0.5 if value is None else min(1.0, max(0.0, float(value)))
         return profile_complexity(str(row.get(c.profile_column) or ""), c.words_for_full)
 
-    def score_rollouts(self, trainer: Any, output: dict) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """This process's rows -> {COMPLEXITY_KEY: c [B]} for the loss batch."""
-        rows = trainer.batch.rows
-        device = output["completion_ids"].device
-        return {COMPLEXITY_KEY: torch.tensor([self.complexity(r) for r in rows], device=device)}
+        device = x.output["completion_ids"].device
+        return {COMPLEXITY_KEY: torch.tensor([self.complexity(r) for r in x.rows], device=device)}
 
     def scales(self, complexity: torch.Tensor) -> torch.Tensor:
         """c [B] -> s [B, 1]."""

@@ -1,7 +1,13 @@
-"""The policy-loss base class, its registry, and the inputs every loss reads.
+"""The policy-loss base class, its registry, the inputs every loss reads, and the keys of the loss batch.
 
 A loss returns a per-token loss ``[B, T]`` (or ``[B, 1]``, broadcast over tokens); the trainer adds
 the regularizers and then applies exactly one aggregation (see ``aggregation.py``).
+
+The loss batch (``LossInputs.batch``) is TRL's output dict of ``_generate_and_score_completions``
+(``TRL_LOSS_BATCH_KEYS``) plus the keys rlpost adds at scoring time: every one of them is declared once
+in ``LOSS_BATCH_KEYS`` below, and producers (the trainer, ``score_rollouts``, ``Regularizer.prepare``,
+PPO, UG-TTT) and consumers (losses, regularizers, ``loss_term``) use these constants. The loss seam
+refuses a batch holding any other key (``undeclared_keys``), so a new key is declared here or fails loudly.
 """
 
 from __future__ import annotations
@@ -78,3 +84,55 @@ class PolicyLoss(Component):
 
 
 LOSSES: Registry[PolicyLoss] = Registry("loss", PolicyLoss)
+
+# ---- the loss batch's keys ----------------------------------------------------------------------------
+# TRL 1.16.0's output of GRPOTrainer._generate_and_score_completions (tests/trainer/test_trl_contract.py pins it)
+TRL_LOSS_BATCH_KEYS = frozenset(
+    {
+        "prompt_ids", "prompt_mask", "completion_ids", "completion_mask", "advantages", "num_items_in_batch",
+        "old_per_token_logps", "importance_sampling_ratio", "sampling_per_token_logps", "ref_per_token_logps",
+        "pixel_values", "image_grid_thw", "pixel_attention_mask", "spatial_shapes", "image_sizes", "token_type_ids",
+        "mm_token_type_ids", "image_position_ids", "num_images", "num_tiles", "tool_mask",
+    }
+)  # fmt: skip
+
+# what rlpost adds (B = this process's completions, T = completion tokens), by who adds it
+KEEP = "rlpost_keep"  # trainer (scoring.py)
+REWARDS = "rlpost_rewards"  # trainer (scoring.py)
+NUM_TOKENS = "rlpost_num_tokens"  # trainer (scoring.py, refill.py)
+IS_WEIGHT = "rlpost_is_weight"  # trainer (corrections.py)
+TEACHER_LOGPS = "rlpost_teacher_logps"  # loss opd (score_rollouts)
+COMPLEXITY = "rlpost_complexity"  # loss adaptive_clip (score_rollouts)
+AIR_WEIGHT, AIR_GAP, AIR_OPEN, AIR_ANCHORED = "air_weight", "air_gap", "air_open", "air_anchored"  # regularizer air
+GUIDED = "rlpost_guided"  # rollout rubric_guidance (score_rollouts)
+LANGUAGE_PREF = "rlpost_language_pref"  # rollout language_routed (score_rollouts)
+HINDSIGHT_TEACHER_LOGPS = "rlpost_hindsight_teacher_logps"  # rollout hindsight_critique (score_rollouts)
+HINDSIGHT_WEIGHT = "rlpost_hindsight_weight"  # rollout hindsight_critique (score_rollouts)
+RETURNS = "rlpost_returns"  # algorithm ppo (algorithms/ppo.py)
+OLD_VALUES = "rlpost_old_values"  # algorithm ppo
+ADAPTER = "rlpost_adapter"  # algorithm ug_ttt (algorithms/ug_ttt.py)
+
+LOSS_BATCH_KEYS: dict[str, str] = {  # key -> what it holds
+    KEEP: "[B] float: 0 on rows dynamic sampling drops from the loss",
+    REWARDS: "[B] the reward the advantage saw (after shaping; NaN = unscorable)",
+    NUM_TOKENS: "scalar: loss tokens of the whole generation batch over all processes (the token normalizer)",
+    IS_WEIGHT: "[B, T] or [B, 1] the correction's per-token loss weights (algorithm/correction)",
+    TEACHER_LOGPS: "[B, T] log pi_teacher of the sampled tokens (OPD)",
+    COMPLEXITY: "[B] character complexity c in [0, 1] (adaptive_clip)",
+    AIR_WEIGHT: "[B] AIR's per-completion weight",
+    AIR_GAP: "[B] AIR's reward gap to the intent's anchor",
+    AIR_OPEN: "[B] 1.0 on AIR's open (non-anchor) variants",
+    AIR_ANCHORED: "[B] 1.0 where the anchor of the row's intent was in the batch",
+    GUIDED: "[B] aux_coef on the kept privileged rows, else 0 (rubric_guidance)",
+    LANGUAGE_PREF: "[B] preference sign s in {-1, 0, +1} (language_routed)",
+    HINDSIGHT_TEACHER_LOGPS: "[B, T] log pi_old(z_t | c) on retry rows, 0 elsewhere (hindsight_critique)",
+    HINDSIGHT_WEIGHT: "[B] opd_coef on retry rows, else 0 (hindsight_critique)",
+    RETURNS: "[B, T] GAE's value targets (PPO)",
+    OLD_VALUES: "[B, T] the critic's values at rollout time (PPO)",
+    ADAPTER: "[B] the LoRA adapter that sampled each row (UG-TTT)",
+}
+
+
+def undeclared_keys(batch: dict[str, Any]) -> list[str]:
+    """The keys of a loss batch that neither TRL's output nor ``LOSS_BATCH_KEYS`` declares (sorted)."""
+    return sorted(set(batch) - TRL_LOSS_BATCH_KEYS - set(LOSS_BATCH_KEYS))

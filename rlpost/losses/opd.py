@@ -1,7 +1,8 @@
 """``opd``: on-policy distillation (seed 000 #1, seed 000 #27), the loss of ``algorithm=opd``.
 
 OPD needs no trainer of its own: the teacher's forward is this loss's ``score_rollouts`` member (the
-trainer calls it on every component at scoring time) and the rest is this per-token loss.
+trainer calls it on every component at scoring time with a ``ScoringInputs``: the policy's tokenizer,
+device and temperature, and its log-prob path for the teacher's forward) and the rest is this per-token loss.
 
 Reading of the abstracts: the student samples its own completions (on-policy) and is trained
 toward a teacher token by token; seed 000 #1 compares OPD with GRPO for translation, seed 000 #27
@@ -44,15 +45,16 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.component import ScoringInputs
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.logprobs.cross_tokenizer import teacher_logps_for
 from rlpost.losses.aggregation import masked_metric_mean
-from rlpost.losses.base import LOSSES, LossInputs, PolicyLoss
+from rlpost.losses.base import LOSSES, TEACHER_LOGPS, LossInputs, PolicyLoss
 from rlpost.models.loading import check_weights_available
 from rlpost.models.options import load_frozen, named_model_config
 
-TEACHER_KEY = "rlpost_teacher_logps"
+TEACHER_KEY = TEACHER_LOGPS  # [B, T] the teachers' log-probs in the loss batch (declared in rlpost/losses/base.py)
 
 
 def reverse_kl_loss(
@@ -80,25 +82,29 @@ class Teacher:
         self.model, self.tokenizer, self.same_tokenizer = model, tokenizer, same_tokenizer
 
     @classmethod
-    def load(cls, config: Any, trainer) -> Teacher:
+    def load(cls, config: Any, x: ScoringInputs) -> Teacher:
+        """Load on the policy's device; a teacher sharing the policy's tokenizer gets TRL's fused head (at the
+        policy's temperature)."""
         from rlpost.models.loading import load_model, load_tokenizer
 
         tokenizer = load_tokenizer(config)
-        if tokenizer.get_vocab() == trainer._tokenizer.get_vocab():
-            return cls(load_frozen(config, trainer), tokenizer, True)
-        model = load_model(config).to(trainer.accelerator.device).eval().requires_grad_(False)
+        if tokenizer.get_vocab() == x.tokenizer.get_vocab():
+            return cls(
+                load_frozen(config, tokenizer=x.tokenizer, device=x.device, temperature=x.temperature), tokenizer, True
+            )
+        model = load_model(config).to(x.device).eval().requires_grad_(False)
         return cls(model, tokenizer, False)
 
-    def logps(self, trainer, output: dict, rows: list[dict], idx: list[int]) -> torch.Tensor:
+    def logps(self, x: ScoringInputs, idx: list[int]) -> torch.Tensor:
         """Log-probs ``[len(idx), T]`` of rows ``idx``'s sampled completion tokens under this teacher."""
+        output, rows = x.output, x.rows
         completion = output["completion_ids"][idx]
         if self.same_tokenizer:
-            logps, _, _ = trainer._get_per_token_logps_and_entropies(
+            logps = x.logprobs(
                 self.model,
                 torch.cat([output["prompt_ids"][idx], completion], dim=1),
                 torch.cat([output["prompt_mask"][idx], output["completion_mask"][idx]], dim=1),
                 completion.size(1),
-                batch_size=trainer.args.per_device_train_batch_size,
             )
             return logps.float()
         mask = output["completion_mask"][idx].bool()
@@ -109,9 +115,9 @@ class Teacher:
                     self.tokenizer,
                     rows[i]["prompt"],
                     completion[j][mask[j]].tolist(),
-                    trainer._tokenizer,
+                    x.tokenizer,
                     completion.size(1),
-                    trainer.temperature,
+                    x.temperature,
                 )
                 for j, i in enumerate(idx)
             ]
@@ -178,17 +184,17 @@ class OnPolicyDistillation(PolicyLoss):
         loaded = self.teachers.get("")
         return loaded.model if loaded is not None else None
 
-    def _teacher(self, value: str, trainer) -> Teacher:
+    def _teacher(self, value: str, x: ScoringInputs) -> Teacher:
         if value not in self.teachers:
-            self.teachers[value] = Teacher.load(self.teacher_configs[value], trainer)
+            self.teachers[value] = Teacher.load(self.teacher_configs[value], x)
         return self.teachers[value]
 
     @torch.no_grad()
-    def score_rollouts(self, trainer, output: dict) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """The teachers' log-probs of this process's sampled completion tokens: {TEACHER_KEY: [B, T]}."""
-        rows = trainer.batch.rows
+        rows, output = x.rows, x.output
         if not self.cfg.teacher_column:
-            return {TEACHER_KEY: self._teacher("", trainer).logps(trainer, output, rows, list(range(len(rows))))}
+            return {TEACHER_KEY: self._teacher("", x).logps(x, list(range(len(rows))))}
         values = [str(row.get(self.cfg.teacher_column)) for row in rows]
         unknown = sorted({v for v in values if v not in self.teacher_configs})
         if unknown:
@@ -199,9 +205,8 @@ class OnPolicyDistillation(PolicyLoss):
         out = torch.zeros(output["completion_ids"].shape, dtype=torch.float32, device=output["completion_ids"].device)
         for value in sorted(set(values)):
             idx = [i for i, v in enumerate(values) if v == value]
-            out[idx] = self._teacher(value, trainer).logps(trainer, output, rows, idx).to(out.device)
-            mode = "train" if trainer.model.training else "eval"
-            trainer._metrics[mode][f"opd/rows/{value}"].append(len(idx) / len(values))
+            out[idx] = self._teacher(value, x).logps(x, idx).to(out.device)
+            x.log(f"opd/rows/{value}", len(idx) / len(values))
         return {TEACHER_KEY: out}
 
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:

@@ -30,6 +30,8 @@ It is added to the per-token policy loss as ``value_coef * l_t`` before the run'
 from __future__ import annotations
 
 import copy
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 from typing import Annotated, Literal
 
@@ -73,6 +75,31 @@ class ValueHead(nn.Module):
 
     def forward(self, hidden: torch.Tensor) -> torch.Tensor:
         return self.linear(hidden.float()).squeeze(-1)
+
+
+class HiddenCapture:
+    """The backbone's last hidden states [b, L, H] of the forwards run inside ``with capture() as hidden:``, one
+    per forward call (a chunked log-prob pass runs several), for the value head.
+
+    The hook is registered once, for the trainer's life, not per forward: the log-prob seam takes another
+    path for a backbone with forward hooks (rlpost/trainer/logprobs.py ``_share_prefix``), and it must take
+    the same one for the policy and the reference (a KL of exactly 0 at step 1)."""
+
+    def __init__(self, backbone: nn.Module):
+        self.hidden: list[torch.Tensor] | None = None  # collecting while not None
+        backbone.register_forward_hook(self._hook)
+
+    def _hook(self, module: nn.Module, args: object, output) -> None:
+        if self.hidden is not None:
+            self.hidden.append(output.last_hidden_state)
+
+    @contextmanager
+    def __call__(self) -> Iterator[list[torch.Tensor]]:
+        self.hidden = []
+        try:
+            yield self.hidden
+        finally:
+            self.hidden = None
 
 
 class CriticModel(nn.Module):

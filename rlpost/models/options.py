@@ -3,8 +3,9 @@
 ``named_model_config("tiny-random", {"tiny_hidden": 32}, key, overrides_key)`` reads
 ``conf/model/tiny-random.yaml``, applies the overrides and validates the result as a
 ``ModelConfig``; an unknown option or field is a ``ConfigError`` naming the valid ones, before
-anything loads. ``load_frozen`` loads it next to a trainer's policy, checks that it shares the
-policy's tokenizer (its token ids must mean the same), and adds TRL's fused log-prob head.
+anything loads. ``load_frozen`` loads it next to a trainer's policy (given the policy's tokenizer,
+device and temperature), checks that it shares the policy's tokenizer (its token ids must mean the
+same), and adds TRL's fused log-prob head.
 """
 
 from __future__ import annotations
@@ -36,19 +37,20 @@ def named_model_config(name: str, overrides: dict[str, Any] | None, where: str, 
     return config
 
 
-def load_frozen(config, trainer):
-    """Load ``config`` on the trainer's device, frozen, with TRL's fused log-prob head (the trainer's temperature)."""
+def load_frozen(config, *, tokenizer: Any, device: Any, temperature: float):
+    """Load ``config`` on ``device``, frozen, with TRL's fused log-prob head at ``temperature`` (the policy's
+    sampling temperature); ``tokenizer`` is the policy's, which the model must share."""
     from trl.trainer.utils import add_fused_lm_head
 
     from rlpost.models.loading import load_model, load_tokenizer
 
-    if load_tokenizer(config).get_vocab() != trainer._tokenizer.get_vocab():
+    if load_tokenizer(config).get_vocab() != tokenizer.get_vocab():
         raise ValueError(
             f"model {config.display_name} has a different tokenizer from the policy: "
             "it must score the policy's token ids"
         )
-    model = load_model(config).to(trainer.accelerator.device).eval().requires_grad_(False)
-    add_fused_lm_head(model, temperature=trainer.temperature, outputs=("log_probs", "entropy"))
+    model = load_model(config).to(device).eval().requires_grad_(False)
+    add_fused_lm_head(model, temperature=temperature, outputs=("log_probs", "entropy"))
     return model
 
 

@@ -59,11 +59,11 @@ from rlpost.advantages.base import GroupBatch
 from rlpost.advantages.group_norm import nanstd
 from rlpost.core.schema import Range
 from rlpost.losses.aggregation import masked_metric_mean
-from rlpost.losses.base import LossInputs
+from rlpost.losses.base import AIR_ANCHORED, AIR_GAP, AIR_OPEN, AIR_WEIGHT, LossInputs
 from rlpost.regularizers.air_sampler import IntentBatchSampler
 from rlpost.regularizers.base import REGULARIZERS, Regularizer
 
-KEYS = ("air_weight", "air_gap", "air_open", "air_anchored")  # the [N] tensors prepare() returns
+KEYS = (AIR_WEIGHT, AIR_GAP, AIR_OPEN, AIR_ANCHORED)  # the [N] tensors prepare() returns (rlpost/losses/base.py)
 
 
 @REGULARIZERS.register("air")
@@ -143,26 +143,26 @@ class AIR(Regularizer):
                 anchored[first : first + g] = 1.0
         pull = gap.clamp(min=0.0) if cfg.one_sided else gap
         weight = (pull if cfg.penalty == "squared" else torch.sign(pull)) * centered * anchored
-        out = {"air_weight": weight, "air_gap": gap, "air_open": (~anchor).float(), "air_anchored": anchored}
+        out = {AIR_WEIGHT: weight, AIR_GAP: gap, AIR_OPEN: (~anchor).float(), AIR_ANCHORED: anchored}
         return {key: value.to(batch.rewards.device) for key, value in out.items()}
 
     # ---- loss time: one micro-batch -------------------------------------------------------
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """logps, old_logps [B, T], batch["air_weight"] [B] -> term -coef * w * ratio [B, T], metrics."""
-        if "air_weight" not in x.batch:
+        if AIR_WEIGHT not in x.batch:
             raise ValueError(
                 "regularizer 'air' needs batch['air_weight'] from its prepare() hook; the trainer must call "
                 "regularizer.prepare(group_batch) at scoring time (RLPostTrainer does)"
             )
-        weight = x.batch["air_weight"].to(x.logps.dtype).unsqueeze(1)  # [B, 1]
+        weight = x.batch[AIR_WEIGHT].to(x.logps.dtype).unsqueeze(1)  # [B, 1]
         ratio = torch.exp(x.logps - x.old_logps)
         term = -self.cfg.coef * weight * ratio
-        is_open = x.batch["air_open"].float()
-        anchored = x.batch["air_anchored"].float() * is_open
+        is_open = x.batch[AIR_OPEN].float()
+        anchored = x.batch[AIR_ANCHORED].float() * is_open
         metrics = {
             "open_frac": is_open.mean().item(),
             "anchored_frac": (anchored.sum() / is_open.sum()).item() if is_open.sum() > 0 else 0.0,
-            "gap": (x.batch["air_gap"] * anchored).sum().item() / anchored.sum().item() if anchored.sum() > 0 else 0.0,
+            "gap": (x.batch[AIR_GAP] * anchored).sum().item() / anchored.sum().item() if anchored.sum() > 0 else 0.0,
             "weight_abs": weight.abs().mean().item(),
             "term_abs": masked_metric_mean(term.detach().abs(), x.mask),
         }

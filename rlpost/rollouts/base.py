@@ -7,10 +7,15 @@ completions of one prompt is produced. It wraps TRL's generation (``GRPOTrainer.
     rollouts = strategy.generate(prompts, ctx)     # prompts [B]: each prompt G times in a row
 
 ``ctx.generate(prompts)`` is TRL's own generation (chat template, transformers or vLLM, tools),
-returned as ``Rollouts``: per-row lists of equal length B. A strategy may call it on any list of
-prompts (a subset, conditioned prompts) and assemble the B rows it returns; each row keeps a
-``kind`` (``natural`` for plain samples, else the strategy's tag) that the trainer hands back to
-``adjust_rewards`` and logs as ``rlpost/rollout/<kind>_frac``.
+one completion per prompt, returned as ``Rollouts``: per-row lists of equal length B. A strategy
+may call it on any list of prompts (a subset, conditioned prompts) and assemble the B rows it
+returns; each row keeps a ``kind`` (``natural`` for plain samples, else the strategy's tag) that
+the trainer hands back to ``adjust_rewards`` and logs as ``rlpost/rollout/<kind>_frac``.
+
+The context holds narrow callables the trainer gives it (rlpost/trainer/rollouts.py
+``_rollout_context``): generation, the policy's token log-probs and metric logging, plus the
+tokenizer, EOS id and device. A strategy never sees the trainer; what a call needs changed on the
+trainer (G = 1, an episode's rows) the trainer changes itself, for the call.
 
 ``RolloutStrategy.adjust_rewards(rewards [N], kinds [N], rows [N], completions [N], G) -> (rewards, metrics)``
 runs right after ``combine``, before dynamic sampling and the advantage (RC-GRPO's refusal credit and
@@ -27,6 +32,7 @@ Choices made for every strategy:
 from __future__ import annotations
 
 import random
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
@@ -126,39 +132,50 @@ class Rollouts:
 
 
 class RolloutContext:
-    """What a strategy may use: TRL's generation, the batch's dataset rows, G and the tokenizer."""
+    """What a strategy may use: generation, the batch's dataset rows, G, the tokenizer, the policy's token
+    log-probs and logging; built by the trainer from narrow callables (rlpost/trainer/rollouts.py)."""
 
-    def __init__(self, trainer: Any, generate: Any, rows: list[dict], num_generations: int):
-        self.trainer = trainer
+    def __init__(
+        self,
+        generate: Callable[[list, list[dict] | None], tuple],
+        rows: list[dict],
+        num_generations: int,
+        *,
+        tokenizer: Any,
+        eos_token_id: int,
+        device: Any,
+        step: int,
+        seed: int,
+        policy_logprobs: Callable[[list[list[int]], list[list[int]]], tuple[torch.Tensor, torch.Tensor]],
+        log: Callable[[str, float], None],
+    ):
+        # (prompts [M], rows [M] or None) -> TRL's _generate output for one completion per prompt
         self._generate = generate
         self.rows = rows  # [B] the dataset row of each prompt
         self.num_generations = num_generations  # G
-        self.tokenizer = trainer._tokenizer
-        self.step = trainer.state.global_step
-        self.rng = random.Random(trainer.args.seed * 1_000_003 + self.step)
+        self.tokenizer = tokenizer  # the policy's
+        self.eos_token_id = eos_token_id  # the first of the policy's EOS ids
+        self.device = device  # the policy's torch.device (a side model generates there)
+        self.step = step  # the trainer's global step
+        self.rng = random.Random(seed * 1_000_003 + self.step)
+        # (prompt_ids [M] lists, completion_ids [M] lists) -> (logps [M, T], mask [M, T]): one no-grad forward of the
+        # policy, each completion after its prompt (left-padded), T the longest completion
+        self.policy_logprobs = policy_logprobs
+        self._log = log  # (metric name, value): the trainer's training metrics
 
     def generate(self, prompts: list, kind: str = NATURAL, rows: list[dict] | None = None) -> Rollouts:
         """TRL's generation on ``prompts`` [M] (one completion each) -> M rows of ``kind``.
 
-        TRL's vLLM server mode samples ``num_generations`` completions per ``G``-th prompt; a strategy
-        passes any list (a subset, conditioned prompts), so G is 1 for the duration of the call. With
-        ``data/env`` each prompt is an episode whose environment starts from its dataset row (``reset``
-        reads the row's ``prompt``): ``rows`` [M] are those rows (a conditioned one with its new prompt).
+        A strategy passes any list (a subset, conditioned prompts): the trainer samples one completion
+        per prompt (G is 1 for the call). With ``data/env`` each prompt is an episode whose environment
+        starts from its dataset row (``reset`` reads the row's ``prompt``): ``rows`` [M] are those rows
+        (a conditioned one with its new prompt).
         """
-        g, self.trainer.num_generations = self.trainer.num_generations, 1
-        episodes = rows is not None and getattr(self.trainer.run, "env", None) is not None
-        if episodes:
-            kept, self.trainer.batch.rows = self.trainer.batch.rows, rows
-        try:
-            return Rollouts.from_trl(self._generate(prompts), kind)
-        finally:
-            self.trainer.num_generations = g
-            if episodes:
-                self.trainer.batch.rows = kept
+        return Rollouts.from_trl(self._generate(prompts, rows), kind)
 
     def completion_ids(self, text: str) -> list[int]:
         """Token ids of a fixed completion: the text, then the first EOS (a finished completion)."""
-        return self.tokenizer.encode(text, add_special_tokens=False) + [self.trainer.eos_token_ids[0]]
+        return self.tokenizer.encode(text, add_special_tokens=False) + [self.eos_token_id]
 
     def groups(self, n: int) -> list[range]:
         g = self.num_generations
@@ -167,7 +184,8 @@ class RolloutContext:
         return [range(s, s + g) for s in range(0, n, g)]
 
     def log(self, name: str, value: float) -> None:
-        self.trainer._metrics["train"][f"rlpost/rollout/{name}"].append(float(value))
+        """Logged as ``rlpost/rollout/<name>`` (training metrics)."""
+        self._log(f"rlpost/rollout/{name}", float(value))
 
 
 def completion_like(text: str, example: Any) -> Any:

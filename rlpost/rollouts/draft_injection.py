@@ -168,7 +168,7 @@ class DraftInjection(RolloutStrategy):
     def _model_drafts(self, prompts: list, golds: list[float | None], ctx: RolloutContext) -> list[str]:
         """One draft per prompt from the draft model, of the asked correctness (redrawn, then repaired)."""
         assert self.side is not None  # source=model requires model (Config.__post_init__)
-        device = ctx.trainer.accelerator.device
+        device = ctx.device
         texts = self.side.generate(prompts, device)
         want = self.cfg.correctness
         if want == "any":

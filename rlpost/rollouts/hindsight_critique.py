@@ -56,10 +56,11 @@ from typing import Annotated, Any
 
 import torch
 
+from rlpost.core.component import ScoringInputs
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.envs.search import contains_answer
-from rlpost.losses.base import LossInputs
+from rlpost.losses.base import HINDSIGHT_TEACHER_LOGPS, HINDSIGHT_WEIGHT, LossInputs
 from rlpost.rewards.rubric_writer import build_writer
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import KIND, ConditionedConfig, ConditionedRollout, Request, revise_prompt
@@ -72,8 +73,8 @@ INSTRUCTION = (
 )
 GOLD = "\n\nReference: {gold}"  # what the writer sees of the gold answer (judge_sees_gold)
 TEMPLATE = "A reviewer's critique of your response: {critique}\nTry again, taking the critique into account."
-TEACHER = "rlpost_hindsight_teacher_logps"  # [B, T] log pi_old(z_t | c) on retry rows (0 elsewhere)
-WEIGHT = "rlpost_hindsight_weight"  # [B] opd_coef on this process's retry rows, else 0
+TEACHER = HINDSIGHT_TEACHER_LOGPS  # [B, T] log pi_old(z_t | c) on retry rows (0 elsewhere); rlpost/losses/base.py
+WEIGHT = HINDSIGHT_WEIGHT  # [B] opd_coef on this process's retry rows, else 0
 
 
 def hindsight_opd(
@@ -207,32 +208,23 @@ class HindsightCritique(ConditionedRollout):
         return rewards.masked_fill(retry, float("nan")), {}
 
     @torch.no_grad()
-    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """{WEIGHT: [B], TEACHER: [B, T]}: opd_coef and log pi_old(z_t | c) on this process's retry rows."""
-        ids, device = output["completion_ids"], output["completion_ids"].device
-        kinds = trainer.batch.kinds if trainer.model.training else None
-        idx = [i for i, k in enumerate(kinds or []) if k == KIND and i in self.teacher_prompts]
-        weight = torch.zeros(ids.size(0), device=device)
-        teacher = torch.zeros(ids.shape, dtype=torch.float32, device=device)
+        ids = x.output["completion_ids"]
+        idx = [i for i, k in enumerate(x.kinds or []) if k == KIND and i in self.teacher_prompts]
+        weight = torch.zeros(ids.size(0), device=ids.device)
+        teacher = torch.zeros(ids.shape, dtype=torch.float32, device=ids.device)
         if idx:
             weight[idx] = self.cfg.opd_coef
-            teacher[idx] = self.teacher_logps(trainer, [self.teacher_prompts[i] for i in idx], output, idx)
+            teacher[idx] = self.teacher_logps(x, [self.teacher_prompts[i] for i in idx], idx)
         return {WEIGHT: weight, TEACHER: teacher}
 
-    def teacher_logps(self, trainer: Any, prompts: list[list[int]], output: dict, idx: list[int]) -> torch.Tensor:
-        """The policy's log-probs [len(idx), T] of rows idx's completion tokens after the prompts of c (left-padded)."""
-        device, width = output["completion_ids"].device, max(map(len, prompts))
-        pad = trainer._tokenizer.pad_token_id
-        p_ids = torch.tensor([[pad] * (width - len(p)) + p for p in prompts], device=device)
-        p_mask = torch.tensor([[0] * (width - len(p)) + [1] * len(p) for p in prompts], device=device)
-        completion = output["completion_ids"][idx]
-        logps, _, _ = trainer._get_per_token_logps_and_entropies(
-            trainer.model,
-            torch.cat([p_ids, completion], dim=1),
-            torch.cat([p_mask, output["completion_mask"][idx].to(p_mask.dtype)], dim=1),
-            completion.size(1),
-            batch_size=trainer.args.per_device_train_batch_size,
-        )
+    def teacher_logps(self, x: ScoringInputs, prompts: list[list[int]], idx: list[int]) -> torch.Tensor:
+        """The policy's log-probs [len(idx), T] of rows idx's completion tokens after the prompts of c (left-padded):
+        one no-grad forward of the policy (``x.policy_logprobs``) on each completion's counted tokens."""
+        ids, mask = x.output["completion_ids"][idx], x.output["completion_mask"][idx]
+        completions = [row[: int(n)].tolist() for row, n in zip(ids, mask.sum(1))]  # the mask is a prefix (TRL)
+        logps, _ = x.policy_logprobs(prompts, completions, width=ids.size(1))
         return logps.float()
 
     def loss_term(self, x: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:

@@ -55,13 +55,14 @@ from typing import Annotated, Any
 import torch
 import torch.nn.functional as F
 
+from rlpost.core.component import ScoringInputs
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
-from rlpost.losses.base import LossInputs
+from rlpost.losses.base import LANGUAGE_PREF, LossInputs
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
 
 LANGUAGES = ["English", "French", "Spanish", "German", "Chinese"]
-PREF = "rlpost_language_pref"  # the loss-batch key: s_i in {-1, 0, +1} per row [B]
+PREF = LANGUAGE_PREF  # the loss-batch key: s_i in {-1, 0, +1} per row [B] (declared in rlpost/losses/base.py)
 
 
 def kind_of(language: str) -> str:
@@ -231,21 +232,15 @@ class LanguageRouted(RolloutStrategy):
         )
         return sign, metrics
 
-    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """``rlpost_language_pref`` [B]: this process's s_i on training batches (the router updates), else 0."""
-        rows, device = output["completion_ids"].size(0), output["completion_ids"].device
-        batch = trainer.batch
-        if not trainer.model.training or batch.kinds is None or batch.result is None:
+        rows, device = x.output["completion_ids"].size(0), x.output["completion_ids"].device
+        if not x.training or x.all_kinds is None or x.task_rewards is None:
             return {PREF: torch.zeros(rows, device=device)}
-        kinds = batch.kinds
-        if trainer.accelerator.num_processes > 1:
-            from accelerate.utils import gather_object
-
-            kinds = gather_object(kinds)
-        sign, metrics = self.route(batch.result.task_rewards.values, kinds, trainer.num_generations)
+        sign, metrics = self.route(x.task_rewards, x.all_kinds, x.num_generations)
         for name, value in metrics.items():
-            trainer._metrics["train"][f"rlpost/rollout/{name}"].append(value)
-        return {PREF: sign[trainer._process_slice(rows)].to(device=device, dtype=torch.float32)}
+            x.log(f"rlpost/rollout/{name}", value)
+        return {PREF: sign[x.local].to(device=device, dtype=torch.float32)}
 
     def loss_term(self, x: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:
         """The cross-language preference term [B, T] on the rows with s != 0 (``preference_loss``)."""

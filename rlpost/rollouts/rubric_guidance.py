@@ -38,16 +38,16 @@ from typing import Annotated, Any
 import torch
 
 from rlpost.core.chat import completion_text
+from rlpost.core.component import ScoringInputs
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config
-from rlpost.losses.base import LossInputs
+from rlpost.losses.base import GUIDED, LossInputs
 from rlpost.rewards.base import ParamError
 from rlpost.rewards.rubric import Rubric
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, user_text
 from rlpost.rollouts.conditioned import KIND, ConditionedConfig, ConditionedRollout, Request, revise_prompt
 
 HINT = "Make sure your response meets these criteria:\n{criteria}"
-GUIDED = "rlpost_guided"  # the loss-batch key: aux_coef on this process's kept privileged rows, else 0 [B]
 
 
 def faded(ema: float | None, benefit: float, decay: float, below: float, streak: int) -> tuple[float, int]:
@@ -195,12 +195,11 @@ class RubricGuidance(ConditionedRollout):
         guided = torch.tensor([k == KIND for k in kinds], device=rewards.device)
         return rewards.masked_fill(guided, float("nan")), {}
 
-    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """``rlpost_guided`` [B]: ``aux_coef`` on this process's kept privileged rows (training), else 0."""
-        kinds = trainer.batch.kinds if trainer.model.training else None
-        rows = output["completion_ids"].size(0)
-        weight = [self.cfg.aux_coef if kinds is not None and k == KIND else 0.0 for k in (kinds or [None] * rows)]
-        return {GUIDED: torch.tensor(weight, device=output["completion_ids"].device)}
+        kinds, ids = x.kinds, x.output["completion_ids"]
+        weight = [self.cfg.aux_coef if k == KIND else 0.0 for k in kinds] if kinds else [0.0] * ids.size(0)
+        return {GUIDED: torch.tensor(weight, device=ids.device)}
 
     def loss_term(self, x: LossInputs) -> tuple[torch.Tensor | None, dict[str, float]]:
         """The auxiliary objective: ``-w_i * logp_it`` [B, T] on the guided rows (w = ``rlpost_guided``)."""

@@ -56,6 +56,7 @@ from typing import Annotated, Any, Literal
 import torch
 
 from rlpost.core.chat import completion_text
+from rlpost.core.component import ScoringInputs
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.rollouts.base import NATURAL, ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy, user_text, with_user_text
@@ -190,8 +191,8 @@ class SelfCritique(RolloutStrategy):
 
     def _calibrate(self, ctx: RolloutContext, plain_ids: list, refined: Rollouts) -> None:
         """The calibration weights of the refined rows (one no-grad forward each under x and under (x, y0, c))."""
-        logp_x, mask = ctx.trainer._rollout_token_logprobs(plain_ids, refined.completion_ids)
-        logp_c, _ = ctx.trainer._rollout_token_logprobs(refined.prompt_ids, refined.completion_ids)
+        logp_x, mask = ctx.policy_logprobs(plain_ids, refined.completion_ids)
+        logp_c, _ = ctx.policy_logprobs(refined.prompt_ids, refined.completion_ids)
         w, clipped = calibration_weights(
             logp_x, logp_c, mask, self.cfg.ratio_level, self.cfg.ratio_low, self.cfg.ratio_high
         )
@@ -224,21 +225,18 @@ class SelfCritique(RolloutStrategy):
         }
         return rewards.masked_fill(on, float("nan")), metrics
 
-    def score_rollouts(self, trainer: Any, output: dict[str, Any]) -> dict[str, torch.Tensor]:
+    def score_rollouts(self, x: ScoringInputs) -> dict[str, torch.Tensor]:
         """Training batches: ``advantages`` [B, T] with the refined rows' calibration weights and the critic rows'
         role-wise advantages (module docstring); evaluation batches: nothing."""
-        kinds = trainer.batch.kinds if trainer.model.training else None
+        kinds = x.kinds
         if kinds is None or self._critic_adv is None:
             return {}
-        adv = output["advantages"]
-        mask = output["completion_mask"]
+        adv = x.output["advantages"]
+        mask = x.output["completion_mask"]
         adv = (adv.unsqueeze(1) if adv.dim() == 1 else adv).expand_as(mask).clone()  # [B, T]
-        local = trainer._process_slice(len(kinds))
-        critic = self._critic_adv[local].to(adv)
+        critic = self._critic_adv[x.local].to(adv)
         solver = [i for i, kind in enumerate(kinds) if kind != CRITIC]
-        trainer._metrics["train"]["rlpost/self_critique/solver_adv_abs_mean"].append(
-            float(adv[solver, 0].abs().mean()) if solver else 0.0
-        )
+        x.log("rlpost/self_critique/solver_adv_abs_mean", float(adv[solver, 0].abs().mean()) if solver else 0.0)
         for i, kind in enumerate(kinds):
             if kind == CRITIC:
                 adv[i] = critic[i]

@@ -138,32 +138,28 @@ def resolve_resume(resume: str | None, config: dict[str, Any], run_dir: str | No
 
 
 BUFFER_FILE = "rlpost_generation_buffer.pt"
-# TRL's private GRPOTrainer state read and written here (the micro-step counter and the buffered generation batch
-# it indexes): the only private library state rlpost writes outside rlpost/generation/ and rlpost/logprobs/,
-# pinned on a real GRPOTrainer by tests/trainer/test_trl_contract.py
-TRL_STATE = ("_step", "_buffered_inputs")
 
 
-def save_generation_buffer(trainer: Any, folder: str | os.PathLike) -> None:
+def save_generation_buffer(state: dict[str, Any] | None, folder: str | os.PathLike, rank: int) -> None:
     """With ``num_iterations > 1`` TRL reuses one generation batch over several optimizer steps; a
-    checkpoint in the middle of that reuse keeps the batch and TRL's micro-step counter
-    (``_step``), so the resumed run trains on the same rollouts instead of sampling new ones.
-    One file per process (each holds its own slice)."""
-    if trainer.num_iterations <= 1 or trainer._buffered_inputs is None:
+    checkpoint in the middle of that reuse keeps the batch and TRL's micro-step counter (``state``:
+    ``{"step", "buffer"}``, the trainer's ``generation_buffer()``; None: nothing to keep), so the resumed
+    run trains on the same rollouts instead of sampling new ones. One file per process (``rank``: each
+    holds its own slice)."""
+    if state is None:
         return
-    state = {"step": trainer._step, "buffer": trainer._buffered_inputs}
-    torch_save_atomic(state, Path(folder) / f"{trainer.accelerator.process_index}-{BUFFER_FILE}")
+    torch_save_atomic(state, Path(folder) / f"{rank}-{BUFFER_FILE}")
 
 
-def load_generation_buffer(trainer: Any, checkpoint: str | os.PathLike) -> bool:
+def load_generation_buffer(checkpoint: str | os.PathLike, rank: int, device: Any) -> dict[str, Any] | None:
+    """What ``save_generation_buffer`` wrote for process ``rank`` (on ``device``), or None when it wrote nothing;
+    the trainer puts it back (``restore_generation_buffer``)."""
     import torch
 
-    path = Path(checkpoint) / f"{trainer.accelerator.process_index}-{BUFFER_FILE}"
-    if trainer.num_iterations <= 1 or not path.is_file():
-        return False
-    state = torch.load(path, weights_only=True, map_location=trainer.accelerator.device)
-    trainer._step, trainer._buffered_inputs = state["step"], state["buffer"]
-    return True
+    path = Path(checkpoint) / f"{rank}-{BUFFER_FILE}"
+    if not path.is_file():
+        return None
+    return torch.load(path, weights_only=True, map_location=device)
 
 
 def torch_save_atomic(obj: Any, path: Path) -> None:

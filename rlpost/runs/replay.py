@@ -17,7 +17,8 @@ One row per completion:
 
 The behaviour log-probs are TRL's ``old_per_token_logps`` when it computed them for this batch
 and their attention covered every completion token; otherwise one no-grad forward of the
-sampling weights (``RLPostTrainer._sampling_logps``, rlpost/trainer/scoring.py) over the unmasked completions.
+sampling weights over the unmasked completions (``record``'s ``behaviour_logps``: the trainer's
+``_sampling_logps``, rlpost/trainer/scoring.py).
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
@@ -77,15 +79,17 @@ class ReplayWriter:
         rewards: torch.Tensor,
         advantages: torch.Tensor,
         inputs: list[dict],
+        behaviour_logps: Callable[[dict], torch.Tensor],
     ) -> None:
-        """``terms`` [B, R], ``rewards`` [B], ``advantages`` [B] or [B, T]: this process's slice."""
+        """``terms`` [B, R], ``rewards`` [B], ``advantages`` [B] or [B, T]: this process's slice;
+        ``behaviour_logps(output)``: log-probs [B, T] of ``output``'s completion tokens under the sampling weights."""
         rollout = trainer.batch  # this process's rollouts (rlpost/trainer/batch.py)
         lengths = torch.tensor(rollout.lengths, device=output["completion_ids"].device)
         logps = output.get("old_per_token_logps")
         if logps is None or bool((output["completion_mask"].sum(1) != lengths).any()):
             steps = torch.arange(output["completion_ids"].size(1), device=lengths.device)
             unmasked = {**output, "completion_mask": (steps[None, :] < lengths[:, None]).long()}
-            logps, _ = trainer._sampling_logps(unmasked)
+            logps = behaviour_logps(unmasked)
         version = trainer.state.global_step
         group_size = trainer.num_generations
         offset = trainer.accelerator.process_index * len(inputs)

@@ -11,7 +11,8 @@ and its own ``SafetyCallback``: ``on_pre_optimizer_step`` (after clipping, model
 the non-finite check, the rollback rules, snapshots and restores; ``on_step_end`` the LoRA merge.
 
 Events (rollback, skipped step, merge, ...) go to ``kit.events``, the ``rlpost.safety`` logger and
-the trainer's ``event_sink`` (the run directory's ``events.jsonl``). The kit is a stateful component:
+the trainer's ``event_sink`` (the run directory's ``events.jsonl``); metrics through the ``log`` callable
+``attach`` receives (the trainer's ``record_metric``). The kit is a stateful component:
 whitening statistics, rule counters and fp32 masters travel with every checkpoint.
 """
 
@@ -54,6 +55,7 @@ class SafetyKit(Component):
         self.events: list[dict[str, Any]] = []
         self.trainer: Any = None  # the RLPostTrainer, set by attach()
         self.event_sink: Callable[[dict], None] | None = None
+        self.log: Callable[[str, str, float], None] | None = None  # (mode, name, value): the trainer's metrics
         self._reward: float | None = None  # mean raw reward of the newest rollouts, consumed by the rules
         self._kl: list[float] = []  # per micro-batch KL of this step
         self.stop = False
@@ -92,8 +94,15 @@ class SafetyKit(Component):
         return lines
 
     # ---- wiring -------------------------------------------------------------------------------
-    def attach(self, trainer, event_sink: Callable[[dict], None] | None = None) -> SafetyKit:
-        self.trainer, self.event_sink = trainer, event_sink
+    def attach(
+        self,
+        trainer,
+        event_sink: Callable[[dict], None] | None = None,
+        log: Callable[[str, str, float], None] | None = None,
+    ) -> SafetyKit:
+        """Wire the kit into ``trainer`` (its model, optimizer, state and callbacks); ``log(mode, name, value)``
+        writes a metric (the trainer's ``record_metric``)."""
+        self.trainer, self.event_sink, self.log = trainer, event_sink, log
         self.snapshot, self._reward, self._kl, self.stop = Snapshot(), None, [], False  # per training run
         if self.cfg.any:
             trainer.add_callback(SafetyCallback(self))
@@ -199,7 +208,9 @@ class SafetyKit(Component):
     # ---- logging ------------------------------------------------------------------------------
     def _log(self, metrics: dict[str, float], mode: str) -> None:
         for key, value in metrics.items():
-            self.trainer._metrics[mode][key].append(value)
+            if self.log is None:
+                raise RuntimeError("SafetyKit: attach(trainer, log=...) before training")
+            self.log(mode, key, value)
 
     def _event(self, kind: str, step: int | None = None, **details: Any) -> None:
         """``step``: the step number metrics.jsonl gives this update (default: the update in progress)."""

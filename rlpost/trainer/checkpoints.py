@@ -11,6 +11,7 @@ Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer an
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 from transformers.trainer_utils import rotate_checkpoints
 
@@ -38,7 +39,7 @@ class CheckpointSeams(SeamBase):
             folder = staging / f"checkpoint-{step}"
             if self.args.should_save:
                 save_component_state(self.run.named_components(), folder)
-            save_generation_buffer(self, folder)  # one file per rank
+            save_generation_buffer(self.generation_buffer(), folder, self.accelerator.process_index)  # one per rank
             return folder
 
         try:
@@ -66,4 +67,22 @@ class CheckpointSeams(SeamBase):
         super()._load_optimizer_and_scheduler(checkpoint)
         if checkpoint is not None:
             load_component_state(self.run.named_components(), checkpoint)
-            load_generation_buffer(self, checkpoint)  # reliability: mid-reuse rollouts (num_iterations > 1)
+            if self.num_iterations > 1:  # reliability: mid-reuse rollouts
+                state = load_generation_buffer(checkpoint, self.accelerator.process_index, self.accelerator.device)
+                if state is not None:
+                    self.restore_generation_buffer(state)
+
+    # TRL's private GRPOTrainer state read and written here (the micro-step counter and the buffered generation
+    # batch it indexes): pinned on a real GRPOTrainer by tests/trainer/test_trl_contract.py
+    TRL_STATE = ("_step", "_buffered_inputs")
+
+    def generation_buffer(self) -> dict[str, Any] | None:
+        """TRL's buffered generation batch and its micro-step counter while ``num_iterations > 1`` reuses one batch
+        over several optimizer steps (``{"step", "buffer"}``), else None: what a checkpoint keeps of it."""
+        if self.num_iterations <= 1 or self._buffered_inputs is None:
+            return None
+        return {"step": self._step, "buffer": self._buffered_inputs}
+
+    def restore_generation_buffer(self, state: dict[str, Any]) -> None:
+        """Put back what ``generation_buffer`` returned (on resume, before TRL's first step)."""
+        self._step, self._buffered_inputs = state["step"], state["buffer"]

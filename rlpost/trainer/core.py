@@ -86,7 +86,8 @@ class RLPostTrainer(
             self._rollout_engine = RolloutEngine(
                 self, correction.cfg.rollout_precision, correction.peer, correction.peer_per_group
             )
-        self.safety = run.algorithm.safety.attach(self, event_sink)  # stability kit (rlpost/safety/kit.py)
+        # stability kit (rlpost/safety/kit.py); it logs through record_metric
+        self.safety = run.algorithm.safety.attach(self, event_sink, log=self.record_metric)
         self.flops_per_token = flops_per_token(  # train_flops, logged with TRL's num_tokens (rlpost/models/flops.py)
             model_parameters(self.model), self.num_iterations, run.needs_reference
         )
@@ -165,6 +166,12 @@ class RLPostTrainer(
         return loss
 
     # ---- helpers ---------------------------------------------------------------------------
+    def record_metric(self, mode: str, name: str, value: float) -> None:
+        """Append ``value`` to metric ``name`` of ``mode`` ("train" | "eval"); TRL averages and logs it at the next
+        log step. What the callables handed to components (``ScoringInputs.log``, ``RolloutContext.log``, the safety
+        kit's ``log``) write through."""
+        self._metrics[mode][name].append(value)
+
     def _loss_mask(self, batch: dict) -> torch.Tensor:
         """[B, T] float: completion tokens that count (tool output tokens excluded)."""
         mask = batch["completion_mask"].float()

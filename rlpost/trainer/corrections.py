@@ -15,10 +15,11 @@ from __future__ import annotations
 import torch
 
 from rlpost.corrections.base import CorrectionInputs, masked_mean
+from rlpost.losses.base import IS_WEIGHT
 from rlpost.trainer.rollout_engine import RolloutEngine
 from rlpost.trainer.seam_base import SeamBase
 
-WEIGHT_KEY = "rlpost_is_weight"
+WEIGHT_KEY = IS_WEIGHT  # declared in rlpost/losses/base.py (LOSS_BATCH_KEYS)
 __all__ = ["WEIGHT_KEY", "CorrectionSeams", "RolloutEngine", "correction_weights", "mismatch_metrics"]
 
 

@@ -5,7 +5,9 @@ weights (vLLM's truncated IS, ``algorithm.correction``), the regularizers' token
 loss (``policy_mask``, e.g. top_entropy), the regularizers (KL in the loss is one of them,
 rlpost/losses/kl.py) and PPO's value loss, then one explicit aggregation (rlpost/losses/aggregation.py),
 plus the regularizer terms that are already reduced (scalars: TRL's entropy bonus). TRL's ``loss_type``
-branches are never reached.
+branches are never reached. The micro-batch is held in ``self.loss_pass`` (rlpost/trainer/batch.py
+``LossPass``) for the call, and a batch holding a key that neither TRL nor ``LOSS_BATCH_KEYS``
+(rlpost/losses/base.py) declares is refused.
 Seam 5 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
 clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and clipped
 norm would not be the norm of the gradient actually applied).
@@ -20,15 +22,30 @@ from dataclasses import replace
 import torch
 
 from rlpost.losses.aggregation import aggregate
-from rlpost.losses.base import LossContext, LossInputs
-from rlpost.trainer.corrections import WEIGHT_KEY
+from rlpost.losses.base import IS_WEIGHT, KEEP, NUM_TOKENS, LossContext, LossInputs, undeclared_keys
+from rlpost.trainer.batch import LossPass
 from rlpost.trainer.seam_base import SeamBase
 
 
 class LossSeams(SeamBase):
     """Mixin for ``RLPostTrainer``; uses the trainer's ``run``, ``safety`` and TRL state."""
 
+    loss_pass: LossPass | None = None  # the micro-batch whose loss is being computed (None outside _compute_loss)
+
     def _compute_loss(self, model, inputs):
+        undeclared = undeclared_keys(inputs)
+        if undeclared:
+            raise RuntimeError(
+                f"the loss batch holds keys nobody declared: {undeclared}; declare each in LOSS_BATCH_KEYS "
+                "(rlpost/losses/base.py) and use the constant where it is produced and read"
+            )
+        self.loss_pass = LossPass(inputs)
+        try:
+            return self._micro_batch_loss(model, inputs)
+        finally:
+            self.loss_pass = None
+
+    def _micro_batch_loss(self, model, inputs):
         mode = "train" if self.model.training else "eval"
         algo = self.run.algorithm
         completion_ids = inputs["completion_ids"]
@@ -37,7 +54,7 @@ class LossSeams(SeamBase):
         logps, entropies, _ = self._get_per_token_logps_and_entropies(
             model, input_ids, attention_mask, completion_ids.size(1), compute_entropy=True
         )
-        mask = self._loss_mask(inputs) * inputs["rlpost_keep"].unsqueeze(1)
+        mask = self._loss_mask(inputs) * inputs[KEEP].unsqueeze(1)
         old_logps = inputs.get("old_per_token_logps")
         advantages = inputs["advantages"]
         grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
@@ -56,8 +73,8 @@ class LossSeams(SeamBase):
         # vLLM rollouts (TRL's truncated IS) and REGEN's replays; a loss that folds it in (VESPO) reads it itself
         if "importance_sampling_ratio" in inputs and not algo.loss.folds_importance_ratio:
             per_token = per_token * inputs["importance_sampling_ratio"]
-        if WEIGHT_KEY in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
-            per_token = per_token * inputs[WEIGHT_KEY]
+        if IS_WEIGHT in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
+            per_token = per_token * inputs[IS_WEIGHT]
         for _, regularizer in algo.regularizers:  # token selections of the policy loss (top_entropy), never the KL
             selected = regularizer.policy_mask(x)
             if selected is not None:
@@ -79,7 +96,7 @@ class LossSeams(SeamBase):
             metrics.update({f"rlpost/rollout/{key}": v for key, v in aux_metrics.items()})
         per_token = per_token + self._critic_loss(x, metrics)  # PPO's value loss (algorithms/ppo.py); 0 here
 
-        token_normalizer = inputs["rlpost_num_tokens"].clamp(min=1.0) / self.accelerator.num_processes
+        token_normalizer = inputs[NUM_TOKENS].clamp(min=1.0) / self.accelerator.num_processes
         if mode == "train":  # the generation batch spans steps_per_generation micro-batches
             token_normalizer = token_normalizer * grad_accum / self.args.steps_per_generation
         loss = aggregate(

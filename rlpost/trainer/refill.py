@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 
+from rlpost.losses.base import KEEP, NUM_TOKENS
 from rlpost.trainer.seam_base import SeamBase
 
 PROMPT_KEYS = frozenset({"prompt_ids", "prompt_mask"})  # left-padded; every other [B, T] tensor is right-padded
@@ -134,8 +135,8 @@ class RefillSeams(SeamBase):
             output = merge_rows(output, extra, local_rows, self._tokenizer.pad_token_id)
             for slot, _ in pairs:
                 kept[slot] = True
-        loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
-        output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
+        loss_tokens = (self._loss_mask(output) * output[KEEP].unsqueeze(1)).sum()
+        output[NUM_TOKENS] = self.accelerator.gather(loss_tokens).sum()
         metrics = {
             "dynamic_sampling/rounds": float(rounds),
             "dynamic_sampling/groups_drawn": float(drawn),

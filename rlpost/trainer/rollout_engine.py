@@ -87,7 +87,12 @@ class RolloutEngine:
         self.peer = None
         self.peer_per_group = peer_per_group if peer_config is not None else 0
         if peer_config is not None:
-            self.peer = load_frozen(peer_config, trainer)
+            self.peer = load_frozen(
+                peer_config,
+                tokenizer=trainer._tokenizer,
+                device=trainer.accelerator.device,
+                temperature=trainer.temperature,
+            )
         self.peer_rows: list[bool] = []  # this process's rows of the last generation: sampled by the peer
 
     def sync(self, trainer) -> None:

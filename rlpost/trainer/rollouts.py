@@ -2,12 +2,14 @@
 
 - seam 1b ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) builds each
   group around TRL's own ``_generate``; its ``adjust_rewards`` runs in the pipeline (rlpost/pipeline.py).
+  The strategy gets a ``RolloutContext`` of narrow callables (``_rollout_context``), never the trainer:
+  ``_generate_each`` samples one completion per prompt, setting G = 1 (and an episode's rows) for the call.
 - seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
   (rlpost/trainer/rollout_engine.py) when the correction asks for them; otherwise TRL's generation, with
   each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/generation/prefix_generation.py) and
   oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/generation/onednn.py).
 - ``_mean_rollout_logprobs``: the per-completion confidence column that some rewards read;
-  ``_rollout_token_logprobs``: per-token log-probs under any prompts (ICRL's calibration ratio).
+  ``_rollout_token_logprobs``: per-token log-probs under any prompts (ICRL's calibration ratio, HindSearch's teacher).
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
 """
@@ -30,6 +32,8 @@ from rlpost.trainer.seam_base import SeamBase
 class RolloutSeams(SeamBase):
     """Mixin for ``RLPostTrainer(RolloutSeams, GRPOTrainer)``; uses the trainer's ``run`` and TRL state."""
 
+    num_generations: int  # TRL's G (GRPOTrainer.__init__); 1 while _generate_each runs
+
     @torch.no_grad()
     def _mean_rollout_logprobs(self, prompt_ids: list, completion_ids: list, sampled: list | None) -> list[float]:
         """Mean token log-prob of each local completion ``[B]``: vLLM's sampling log-probs, else a forward pass."""
@@ -39,11 +43,14 @@ class RolloutSeams(SeamBase):
         return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
 
     @torch.no_grad()
-    def _rollout_token_logprobs(self, prompt_ids: list, completion_ids: list) -> tuple[torch.Tensor, torch.Tensor]:
+    def _rollout_token_logprobs(
+        self, prompt_ids: list, completion_ids: list, width: int | None = None
+    ) -> tuple[torch.Tensor, torch.Tensor]:
         """Per-token log-probs of completions [M] under the given prompts [M] (token-id lists), one no-grad
-        forward of the policy: ``(logps [M, T], mask [M, T])``, completions left-aligned, T the longest."""
+        forward of the policy: ``(logps [M, T], mask [M, T])``, completions left-aligned, T the longest
+        (at least ``width``)."""
         pad, device = self._tokenizer.pad_token_id, self.accelerator.device
-        width_p, width_c = max(map(len, prompt_ids)), max(1, max(map(len, completion_ids)))
+        width_p, width_c = max(map(len, prompt_ids)), max(1, width or 0, max(map(len, completion_ids)))
         ids = torch.full((len(prompt_ids), width_p + width_c), pad, dtype=torch.long, device=device)
         mask = torch.zeros_like(ids)
         for i, (p, c) in enumerate(zip(prompt_ids, completion_ids)):
@@ -99,9 +106,43 @@ class RolloutSeams(SeamBase):
         strategy = self.run.algorithm.rollout
         if type(strategy).registry_name == "none" or not self.model.training:
             return super()._generate(prompts)
-        ctx = RolloutContext(self, super()._generate, self.batch.rows, self.num_generations)
-        rollouts = strategy.generate(prompts, ctx)
+        rollouts = strategy.generate(prompts, self._rollout_context())
         self.batch.kinds = rollouts.kinds  # the pipeline's adjust stage reads them (rlpost/pipeline.py)
         for kind in sorted(set(rollouts.kinds)):
             self._metrics["train"][f"rlpost/rollout/{kind}_frac"].append(rollouts.kinds.count(kind) / len(rollouts))
         return rollouts.to_trl()
+
+    def _rollout_context(self) -> RolloutContext:
+        """What a rollout strategy may use of this training batch (rlpost/rollouts/base.py)."""
+        assert self.batch is not None  # started by _score_generation_batch (scoring.py)
+        return RolloutContext(
+            self._generate_each,
+            self.batch.rows,
+            self.num_generations,
+            tokenizer=self._tokenizer,
+            eos_token_id=self.eos_token_ids[0],
+            device=self.accelerator.device,
+            step=self.state.global_step,
+            seed=self.args.seed,
+            policy_logprobs=self._rollout_token_logprobs,
+            log=lambda name, value: self.record_metric("train", name, value),
+        )
+
+    def _generate_each(self, prompts: list, rows: list[dict] | None = None) -> tuple:
+        """TRL's ``_generate`` with one completion per prompt [M] (``RolloutContext.generate``).
+
+        TRL's vLLM server mode samples ``num_generations`` completions per ``G``-th prompt; a strategy passes any
+        list (a subset, conditioned prompts), so G is 1 for the duration of the call. With ``data/env`` an
+        episode's environment starts from ``self.batch.rows`` (rlpost/trainer/episodes.py): ``rows`` [M] replace
+        them for the call, and the batch's own rows come back after it.
+        """
+        assert self.batch is not None
+        g, self.num_generations = self.num_generations, 1
+        kept = self.batch.rows
+        if rows is not None and self.run.env is not None:
+            self.batch.rows = rows
+        try:
+            return super()._generate(prompts)
+        finally:
+            self.num_generations = g
+            self.batch.rows = kept

@@ -4,7 +4,9 @@
 score (seams 1 and 2 fill the state), gathers what the pipeline needs, runs it (rlpost/pipeline.py)
 and hands this process its slice: ``advantages`` [B] or [B, T] for TRL's output dict, plus the loss
 inputs rlpost adds (``rlpost_keep``, ``rlpost_rewards``, ``rlpost_num_tokens``, the correction's
-weights, regularizers' ``prepare`` tensors, another model's ``score_rollouts`` tensors).
+weights, regularizers' ``prepare`` tensors, the components' ``score_rollouts`` tensors; every key is
+declared in ``LOSS_BATCH_KEYS``, rlpost/losses/base.py). Components get a ``ScoringInputs``
+(rlpost/core/component.py, built by ``_scoring_inputs``), never the trainer.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
 """
@@ -14,6 +16,8 @@ from __future__ import annotations
 import torch
 from accelerate.utils import gather_object
 
+from rlpost.core.component import ScoringInputs
+from rlpost.losses.base import KEEP, NUM_TOKENS, REWARDS
 from rlpost.pipeline import UNPREFIXED_METRICS, PipelineInputs, run_pipeline
 from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.seam_base import SeamBase
@@ -58,7 +62,7 @@ class ScoringSeams(SeamBase):
     def _score_generation_batch(self, inputs: list, first: bool) -> dict:
         """Generate, score and run the pipeline on one generation batch; ``first=False`` (a refill round)
         logs no pipeline metrics and records no samples or replays."""
-        batch = self.batch = GenerationBatch(rows=inputs)
+        batch = self.batch = self._new_batch(inputs)
         output = super()._generate_and_score_completions(inputs)  # seams 1 and 2 run inside
         training = self.model.training
         result = batch.result = run_pipeline(self._pipeline_inputs(output), self.run.reward, self.run.algorithm)
@@ -69,14 +73,15 @@ class ScoringSeams(SeamBase):
             local_adv = local_adv[:, : output["completion_mask"].size(1)]
         output["advantages"] = local_adv
         output.update(self._correction_weights(output, advantages, result.metrics))  # trainer/corrections.py
-        for component in self.run.components():  # another model scores the rollouts (e.g. OPD's teacher)
-            output.update(component.score_rollouts(self, output))
-        output["rlpost_keep"] = result.keep[local]
-        output["rlpost_rewards"] = result.rewards.values[local]
+        scoring = self._scoring_inputs(output)
+        for component in self.run.components():  # tensors computed at scoring time (e.g. OPD's teacher log-probs)
+            output.update(component.score_rollouts(scoring))
+        output[KEEP] = result.keep[local]
+        output[REWARDS] = result.rewards.values[local]
         for _, regularizer in self.run.algorithm.regularizers:
             output.update({key: value[local] for key, value in regularizer.prepare(result.batch).items()})
-        loss_tokens = (self._loss_mask(output) * output["rlpost_keep"].unsqueeze(1)).sum()
-        output["rlpost_num_tokens"] = self.accelerator.gather(loss_tokens).sum()
+        loss_tokens = (self._loss_mask(output) * output[KEEP].unsqueeze(1)).sum()
+        output[NUM_TOKENS] = self.accelerator.gather(loss_tokens).sum()
 
         if not first:
             return output
@@ -94,8 +99,49 @@ class ScoringSeams(SeamBase):
             terms = batch.reward_terms[local]
             self._record_samples(terms, result.rewards.values[local], advantages[local])
             if self.replay is not None:  # logging.replay: this process's rollouts with behaviour log-probs
-                self.replay.record(self, output, terms, result.rewards.values[local], advantages[local], inputs)
+                self.replay.record(
+                    self,
+                    output,
+                    terms,
+                    result.rewards.values[local],
+                    advantages[local],
+                    inputs,
+                    behaviour_logps=lambda unmasked: self._sampling_logps(unmasked)[0],
+                )
         return output
+
+    def _new_batch(self, inputs: list) -> GenerationBatch:
+        """The state of a generation batch starting now (each round of a refill starts its own); a trainer
+        subclass adds its per-batch values here (UG-TTT: the adapter of each row)."""
+        return GenerationBatch(rows=inputs)
+
+    def _scoring_inputs(self, output: dict) -> ScoringInputs:
+        """What the components' ``score_rollouts`` read of this batch (rlpost/core/component.py), after the pipeline."""
+        batch, training = self.batch, self.model.training
+        assert batch is not None  # started by _score_generation_batch
+        return ScoringInputs(
+            output=output,
+            rows=batch.rows,
+            training=training,
+            num_generations=self.num_generations if training else self.num_generations_eval,
+            local=self._process_slice(len(batch.rows)),
+            kinds=batch.kinds if training else None,
+            all_kinds=batch.all_kinds if training else None,
+            task_rewards=batch.result.task_rewards.values if batch.result is not None else None,
+            tokenizer=self._tokenizer,
+            device=self.accelerator.device,
+            temperature=self.temperature,
+            policy_logprobs=self._rollout_token_logprobs,
+            logprobs=self._frozen_logprobs,
+            log=lambda name, value: self.record_metric("train" if training else "eval", name, value),
+        )
+
+    def _frozen_logprobs(self, model, input_ids: torch.Tensor, attention_mask: torch.Tensor, logits_to_keep: int):
+        """Log-probs [M, logits_to_keep] of the last tokens of ``input_ids`` [M, L] under a second, frozen model."""
+        logps, _, _ = self._get_per_token_logps_and_entropies(
+            model, input_ids, attention_mask, logits_to_keep, batch_size=self.args.per_device_train_batch_size
+        )
+        return logps
 
     def _pipeline_inputs(self, output: dict) -> PipelineInputs:
         """The batch gathered over processes (completions padded to the longest)."""
@@ -103,6 +149,8 @@ class ScoringSeams(SeamBase):
         assert batch is not None  # started by _score_generation_batch
         multi = self.accelerator.num_processes > 1
         device = output["completion_ids"].device
+        if batch.kinds is not None:  # the strategy's kinds, gathered once (the pipeline and score_rollouts read them)
+            batch.all_kinds = gather_object(batch.kinds) if multi else batch.kinds
         kl_shaping = algo.kl.coef > 0 and algo.kl.placement in ("reward", "token")
         extras = self._rollout_statistics(output)
         policy_logps = None
@@ -120,7 +168,7 @@ class ScoringSeams(SeamBase):
             training=training,
             rows=gather_object(batch.rows) if multi else batch.rows,
             completions=gather_object(batch.completions) if multi else batch.completions,
-            kinds=(gather_object(batch.kinds) if multi else batch.kinds) if batch.kinds is not None else None,
+            kinds=batch.all_kinds,
             policy_logps=policy_logps,
             ref_logps=self._gather_padded(output["ref_per_token_logps"]) if kl_shaping else None,
             extras=extras,

@@ -250,7 +250,7 @@ def test_every_base_declares_the_members_build_show_and_the_trainer_call():
     assert REWARDS.get("majority_vote").is_group_reward
     component = Component(Component.Config())
     assert component.sampler(None, generation_batch_prompts=1, num_generations=1, seed=0) is None
-    assert component.score_rollouts(None, {}) == {} and component.state_dict() == {}
+    assert component.score_rollouts(None) == {} and component.state_dict() == {}
 
 
 def test_a_registry_refuses_a_class_outside_its_kind():

@@ -52,6 +52,7 @@ class Recorder(RLPostTrainer):
                     "prompt_mask": out["prompt_mask"].clone(),
                     "completion_ids": out["completion_ids"].clone(),
                     "completion_mask": out["completion_mask"].clone(),
+                    "keys": set(out),  # the loss batch's keys: TRL's and the declared ones (rlpost/losses/base.py)
                 }
             )
         return out

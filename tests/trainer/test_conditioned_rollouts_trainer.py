@@ -10,6 +10,16 @@ import math
 import pytest
 import torch
 
+from rlpost.losses.base import (
+    GUIDED,
+    HINDSIGHT_TEACHER_LOGPS,
+    HINDSIGHT_WEIGHT,
+    KEEP,
+    NUM_TOKENS,
+    REWARDS,
+    TRL_LOSS_BATCH_KEYS,
+)
+
 from support.judges import requests_for
 from support.rollouts import ROWS, check_trained_under_original_prompt, data_files, logged, original_prompt_ids, train
 
@@ -73,6 +83,9 @@ def test_hindsight_critique_distils_the_critique_guided_retry_out_of_the_group(
     assert all(math.isfinite(v) for v in logged(trainer, "rlpost/rollout/hindsight_critique/retry_reward"))
     assert all(math.isfinite(v) for v in logged(trainer, "rlpost/rollout/hindsight_critique/opd_kl"))
     assert all(v < 0 for v in logged(trainer, "rlpost/rollout/hindsight_critique/teacher_logp"))
+    # the trainer added exactly the declared keys of what ran: its own and the strategy's score_rollouts ones
+    added = batch["keys"] - TRL_LOSS_BATCH_KEYS
+    assert added == {KEEP, REWARDS, NUM_TOKENS, HINDSIGHT_WEIGHT, HINDSIGHT_TEACHER_LOGPS}
 
 
 def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_mean(tmp_path, generate_calls):
@@ -110,6 +123,7 @@ def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_me
         r = [(s * weights).sum().item() / 3 for s in scores]
         assert r[-1] > sum(r[:-1]) / 2
     assert all(0 <= v <= 1 for v in kept) and any(0 < v < 1 for v in kept)  # some kept, some dropped (seeded)
+    assert b["keys"] - TRL_LOSS_BATCH_KEYS == {KEEP, REWARDS, NUM_TOKENS, GUIDED}  # only declared keys were added
 
 
 LENGTH = "reward.terms=[{name: length, weight: 1.0, params: {target: 6, unit: words}}]"  # varies by completion

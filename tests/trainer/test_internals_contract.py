@@ -292,8 +292,8 @@ def generated(tiny) -> dict[str, dict]:
 
 def test_nothing_outside_generation_and_logprobs_patches_a_library():
     """No assignment to a torch / transformers / trl object's attribute, to a ``.forward`` / ``.generate``, or to
-    another object's private attribute outside the patching folders; the one exception is TRL's trainer state that
-    rlpost/runs/checkpoints.py declares (``TRL_STATE``, pinned on a real GRPOTrainer in test_trl_contract.py)."""
+    another object's private attribute outside the patching folders (the trainer's own code may set its own state:
+    TRL's micro-step counter and buffer, ``CheckpointSeams.TRL_STATE``, pinned in test_trl_contract.py)."""
     found = []
     for path in sources(PACKAGE):
         if path.is_relative_to(PATCHING[0]) or path.is_relative_to(PATCHING[1]):

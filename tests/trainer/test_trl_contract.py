@@ -9,9 +9,12 @@ the seam, instead of letting a run go subtly wrong:
   names rlpost relies on, and TRL's method has exactly those parameters (in order);
 - every attribute the trainer code reads from TRL (found by reading the source: ``self.<name>`` /
   ``trainer.<name>`` that rlpost never assigns) exists on a real GRPOTrainer;
-- TRL's private state rlpost writes (``TRL_STATE`` in rlpost/runs/checkpoints.py) exists on a real GRPOTrainer and
+- TRL's private state rlpost writes (``CheckpointSeams.TRL_STATE`` in rlpost/trainer/checkpoints.py) exists on a
+  real GRPOTrainer and
   is what TRL's ``_prepare_inputs`` reads;
 - every trainer class a bundle can pick (``rlpost.algorithms.TRAINERS``) is checked;
+- the keys of TRL's loss batch (the output of ``_generate_and_score_completions``) are the ones
+  rlpost/losses/base.py declares, and the loss seam refuses a key that neither TRL nor rlpost declares;
 - the pinned versions are the ones installed.
 
 The torch / transformers internals of rlpost's run-time patches are pinned in test_internals_contract.py.
@@ -22,7 +25,9 @@ from __future__ import annotations
 import ast
 import importlib
 import inspect
+import textwrap
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import transformers
@@ -34,19 +39,21 @@ from rlpost.algorithms.ppo import PPOTrainer
 from rlpost.algorithms.regen import RegenTrainer
 from rlpost.algorithms.ug_ttt import UGTTTTrainer
 from rlpost.core.component import Component
-from rlpost.runs.checkpoints import TRL_STATE
+from rlpost.losses.base import LOSS_BATCH_KEYS, TRL_LOSS_BATCH_KEYS, undeclared_keys
 from rlpost.trainer import RLPostTrainer
+from rlpost.trainer.checkpoints import CheckpointSeams
+from rlpost.trainer.loss import LossSeams
 
 from support.paths import REPO
 
 ROOT = REPO
 TRAINER_SOURCES = [*sorted((ROOT / "rlpost" / "trainer").glob("*.py")), *(ROOT / "rlpost" / "algorithms").glob("*.py")]
-TRAINER_SOURCES += [
+TRAINER_SOURCES += [  # modules handed the trainer object: they read its public TRL attributes
     ROOT / "rlpost" / "runs" / "replay.py",
     ROOT / "rlpost" / "runs" / "checkpoints.py",
     ROOT / "rlpost" / "safety" / "kit.py",
 ]
-TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies read TRL state through RolloutContext
+TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies: none may read the trainer (issue 47)
 
 # the seam -> the parameter names rlpost's override relies on (TRL 1.16.0 / transformers 5.2x)
 SEAMS = {
@@ -193,20 +200,51 @@ def test_every_attribute_rlpost_reads_exists_on_trl(plain_trainer):
 
 
 def test_trl_state_rlpost_writes(plain_trainer):
-    """rlpost/runs/checkpoints.py saves and restores TRL's micro-step counter and buffered generation batch
-    (``TRL_STATE``): they exist on a real GRPOTrainer with those types, TRL's ``_prepare_inputs`` reads both (so
-    restoring them decides what a resumed run trains on), and checkpoints.py touches no other private state."""
-    missing = [name for name in TRL_STATE if name not in vars(plain_trainer)]
+    """The checkpoint seam (rlpost/trainer/checkpoints.py) saves and restores TRL's micro-step counter and buffered
+    generation batch (``TRL_STATE``): they exist on a real GRPOTrainer with those types, TRL's ``_prepare_inputs``
+    reads both (so restoring them decides what a resumed run trains on), and the seam's accessors touch no other
+    private state."""
+    trl_state = CheckpointSeams.TRL_STATE
+    missing = [name for name in trl_state if name not in vars(plain_trainer)]
     assert not missing, f"trl {trl.__version__}'s GRPOTrainer no longer has {missing}"
     assert isinstance(plain_trainer._step, int) and plain_trainer._step > 0
     assert plain_trainer._buffered_inputs is None or isinstance(plain_trainer._buffered_inputs, list)
     tree = ast.parse(inspect.getsource(GRPOTrainer._prepare_inputs).strip().replace("\n    ", "\n"))
     read = {n.attr for n in ast.walk(tree) if isinstance(n, ast.Attribute) and isinstance(n.value, ast.Name)
             and n.value.id == "self" and isinstance(n.ctx, ast.Load)}  # fmt: skip
-    assert set(TRL_STATE) <= read, f"GRPOTrainer._prepare_inputs no longer reads {set(TRL_STATE) - read}"
-    source = ast.parse((ROOT / "rlpost" / "runs" / "checkpoints.py").read_text())
-    private = {n.attr for n in ast.walk(source) if isinstance(n, ast.Attribute) and n.attr.startswith("_")
-               and not n.attr.startswith("__") and isinstance(n.value, ast.Name) and n.value.id == "trainer"}  # fmt: skip
-    assert private == set(TRL_STATE), (
-        f"checkpoints.py uses TRL's private {sorted(private)}; TRL_STATE lists {TRL_STATE}"
+    assert set(trl_state) <= read, f"GRPOTrainer._prepare_inputs no longer reads {set(trl_state) - read}"
+    accessors = [CheckpointSeams.generation_buffer, CheckpointSeams.restore_generation_buffer]
+    private = {n.attr for f in accessors for n in ast.walk(ast.parse(textwrap.dedent(inspect.getsource(f))))
+               if isinstance(n, ast.Attribute) and n.attr.startswith("_") and not n.attr.startswith("__")}  # fmt: skip
+    assert private == set(trl_state), (
+        f"the checkpoint seam uses TRL's private {sorted(private)}; TRL_STATE lists {trl_state}"
     )
+
+
+def trl_output_keys() -> set[str]:
+    """The keys ``GRPOTrainer._generate_and_score_completions`` puts into its output dict (read from its source)."""
+    tree = ast.parse(textwrap.dedent(inspect.getsource(GRPOTrainer._generate_and_score_completions)))
+    keys = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Assign) and isinstance(node.value, ast.Dict):
+            if any(isinstance(t, ast.Name) and t.id == "output" for t in node.targets):
+                keys |= {k.value for k in node.value.keys if isinstance(k, ast.Constant)}
+        if isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store):
+            if isinstance(node.value, ast.Name) and node.value.id == "output" and isinstance(node.slice, ast.Constant):
+                keys.add(node.slice.value)
+    return keys
+
+
+def test_trl_loss_batch_keys_are_the_declared_ones():
+    assert trl_output_keys() == set(TRL_LOSS_BATCH_KEYS), "TRL's loss batch changed: update TRL_LOSS_BATCH_KEYS"
+    assert not set(LOSS_BATCH_KEYS) & TRL_LOSS_BATCH_KEYS  # rlpost's keys never shadow TRL's
+    assert all(key.startswith(("rlpost_", "air_")) for key in LOSS_BATCH_KEYS)
+
+
+def test_the_loss_seam_refuses_a_key_nobody_declared():
+    # the trainer only adds declared keys: a component (score_rollouts, prepare) or a trainer subclass that puts
+    # any other key into the loss batch fails at its first loss, before any forward
+    declared = {"prompt_ids": None, "completion_ids": None, "rlpost_keep": None, "rlpost_teacher_logps": None}
+    assert undeclared_keys(declared) == []
+    with pytest.raises(RuntimeError, match=r"keys nobody declared: \['rlpost_new_thing'\].*LOSS_BATCH_KEYS"):
+        LossSeams._compute_loss(SimpleNamespace(), None, {**declared, "rlpost_new_thing": None})

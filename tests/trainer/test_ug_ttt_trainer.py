@@ -15,8 +15,10 @@ from rlpost.algorithms.ug_ttt import UGTTTTrainer
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
+from rlpost.losses.base import ADAPTER
 from rlpost.models.loading import ModelConfig, load_model
 from rlpost.models.lora_ensemble import ENSEMBLE_FILE, merge_saved_ensemble
+from rlpost.trainer.batch import GenerationBatch, LossPass
 
 from support.trainer import HASH_REWARD, TINY, make_run, rlpost_trainer, step_logs
 
@@ -72,8 +74,14 @@ def test_routed_log_probs_are_each_rows_own_adapter(tmp_path):
     ids = torch.randint(0, 100, (4, 7))
     mask = torch.ones_like(ids)
     rows = torch.tensor([2, 0, 1, 0])
-    with trainer._routed(rows):
-        routed, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)
+    # routed by the per-batch state, never a trainer attribute: the batch being generated and scored ...
+    trainer.batch = GenerationBatch(rows=[{}] * 4, adapters=rows)
+    routed, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)
+    trainer.batch = None
+    trainer.loss_pass = LossPass({ADAPTER: rows})  # ... or the loss micro-batch's adapter column
+    in_loss, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids, mask, 3)
+    trainer.loss_pass = None
+    assert torch.equal(in_loss, routed)
     for i, k in enumerate(rows.tolist()):
         with trainer.ensemble.use(k):
             alone, _, _ = trainer._get_per_token_logps_and_entropies(trainer.model, ids[i : i + 1], mask[i : i + 1], 3)

@@ -144,9 +144,10 @@ def test_multi_teacher_routes_rows_by_their_column(tmp_path):
         "completion_mask": torch.ones_like(completion),
     }
     trainer.batch.rows = [{**rows[0], "prompt": "Q"}, {**rows[1], "prompt": "Q"}]  # easy, hard
-    routed = opd.score_rollouts(trainer, output)["rlpost_teacher_logps"]
-    easy = opd.teachers["easy"].logps(trainer, output, trainer.batch.rows, [0, 1])
-    hard = opd.teachers["hard"].logps(trainer, output, trainer.batch.rows, [0, 1])
+    x = trainer._scoring_inputs(output)  # what the trainer hands score_rollouts (rlpost/trainer/scoring.py)
+    routed = opd.score_rollouts(x)["rlpost_teacher_logps"]
+    easy = opd.teachers["easy"].logps(x, [0, 1])
+    hard = opd.teachers["hard"].logps(x, [0, 1])
     torch.testing.assert_close(routed[0], easy[0])
     torch.testing.assert_close(routed[1], hard[1])
     assert not torch.allclose(easy[1], hard[1])  # the two teachers disagree, so the routing matters

@@ -51,6 +51,36 @@ def test_loss_term_reads_the_scored_batch_and_logs_kl_per_retry_token():
     assert strategy().loss_term(x) == (None, {})
 
 
+def test_score_rollouts_scores_each_retry_after_its_critique_prompt_through_the_policy_callable():
+    # score_rollouts reads a ScoringInputs, never the trainer: the retry rows' completions (their counted tokens,
+    # the width of the batch) go to policy_logprobs after the prompt of c each was sampled under
+    from rlpost.core.component import ScoringInputs
+    from rlpost.rollouts.conditioned import KIND
+
+    calls = []
+
+    def policy_logprobs(prompts, completions, width=None):
+        calls.append((prompts, completions, width))
+        return torch.full((len(prompts), width), -0.5), torch.ones(len(prompts), width)
+
+    hindsight = strategy(opd_coef=2.0)
+    hindsight.teacher_prompts = {1: [7, 8, 9]}  # row 1 is the retry, sampled after c = [7, 8, 9]
+    output = {
+        "completion_ids": torch.tensor([[1, 2, 0], [3, 4, 0]]),
+        "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 0]]),
+    }
+
+    def inputs(training):
+        return ScoringInputs(output=output, rows=[{}, {}], training=training, num_generations=2, local=slice(0, 2),
+                             kinds=["natural", KIND] if training else None, policy_logprobs=policy_logprobs)  # fmt: skip
+
+    out = hindsight.score_rollouts(inputs(True))
+    assert calls == [([[7, 8, 9]], [[3, 4]], 3)]
+    assert out[WEIGHT].tolist() == [0.0, 2.0] and out[TEACHER].tolist() == [[0.0] * 3, [-0.5] * 3]
+    out = hindsight.score_rollouts(inputs(False))  # evaluation: no kinds, no forward, nothing weighted
+    assert len(calls) == 1 and out[WEIGHT].sum() == 0 and out[TEACHER].abs().sum() == 0
+
+
 def test_the_writer_sees_the_gold_answer_only_with_hindsight():
     row = {"answer": "Osk"}
     seen = strategy().critique_prompt(row, "Where was Ada born?", "Lund")
@@ -74,25 +104,36 @@ def test_bad_templates_are_refused():
 
 
 def test_with_episodes_each_generate_call_resets_the_environment_from_its_own_rows():
-    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): a strategy's call on a
-    # subset or on conditioned prompts swaps in those rows for the call, and the batch's rows come back after it
+    # an episode's environment starts from trainer.batch.rows (rlpost/trainer/episodes.py): for a strategy's call on
+    # a subset or on conditioned prompts the trainer swaps in those rows (and G = 1) for the call, and the batch's
+    # rows come back after it; the RolloutContext itself holds callables only, never the trainer
     from types import SimpleNamespace
 
-    from rlpost.rollouts.base import RolloutContext
+    from rlpost.trainer.rollouts import RolloutSeams
 
     seen = []
     batch_rows = [{"prompt": "x0"}, {"prompt": "x1"}]
 
-    def generate(prompts):
-        seen.append([r["prompt"] for r in trainer.batch.rows])
-        n = len(prompts)
-        return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
+    class TRL:  # TRL's _generate, below the trainer's rollout seams in the MRO
+        def _generate(self, prompts):
+            seen.append([r["prompt"] for r in self.batch.rows])
+            assert self.num_generations == 1  # one completion per prompt for the call
+            n = len(prompts)
+            return [[1]] * n, [[2]] * n, None, ["y"] * n, None, {}, None, None
 
-    trainer = SimpleNamespace(
-        batch=SimpleNamespace(rows=batch_rows), run=SimpleNamespace(env=object()), num_generations=2,
-        _tokenizer=None, state=SimpleNamespace(global_step=0), args=SimpleNamespace(seed=0),
-    )  # fmt: skip
-    ctx = RolloutContext(trainer, generate, batch_rows, 2)
+    class Trainer(RolloutSeams, TRL):
+        pass
+
+    trainer = Trainer()
+    trainer.batch, trainer.run, trainer.num_generations = (
+        SimpleNamespace(rows=batch_rows),
+        SimpleNamespace(env=object()),
+        2,
+    )
+    trainer._tokenizer, trainer.eos_token_ids, trainer.accelerator = None, [0], SimpleNamespace(device="cpu")
+    trainer.state, trainer.args = SimpleNamespace(global_step=0), SimpleNamespace(seed=0)
+    ctx = trainer._rollout_context()
+    assert not hasattr(ctx, "trainer")
     out = ctx.generate(["c1"], "conditioned", [{"prompt": "c1"}])
     assert seen == [["c1"]] and trainer.batch.rows is batch_rows and trainer.num_generations == 2
     assert out.kinds == ["conditioned"]

@@ -204,32 +204,30 @@ def test_generate_asks_each_row_in_its_language_and_tags_it():
 
 def test_score_rollouts_routes_the_gathered_batch_and_the_loss_term_uses_its_signs():
     from collections import defaultdict
-    from types import SimpleNamespace
 
+    from rlpost.core.component import ScoringInputs
     from rlpost.rollouts.language_routed import PREF
 
     rewards, lang = stats()
     kinds = [["lang_English", "lang_French", "lang_Chinese"][a] for a in lang.tolist()]
-    trainer = SimpleNamespace(
-        model=SimpleNamespace(training=True),
-        batch=SimpleNamespace(kinds=kinds, result=SimpleNamespace(task_rewards=SimpleNamespace(values=rewards))),
-        accelerator=SimpleNamespace(num_processes=1),
-        num_generations=4,
-        _process_slice=lambda n: slice(0, n),
-        _metrics={"train": defaultdict(list)},
-    )
+    logged = defaultdict(list)
+
+    def inputs(output, training=True):  # one process: the local slice is the whole gathered batch
+        return ScoringInputs(output=output, rows=[{}] * 8, training=training, num_generations=4, local=slice(0, 8),
+                             kinds=kinds, all_kinds=kinds, task_rewards=rewards,
+                             log=lambda name, value: logged[name].append(value))  # fmt: skip
+
     strategy = router()
-    out = strategy.score_rollouts(trainer, {"completion_ids": torch.zeros(8, 3, dtype=torch.long)})
+    out = strategy.score_rollouts(inputs({"completion_ids": torch.zeros(8, 3, dtype=torch.long)}))
     assert out[PREF].tolist() == [1, 0, -1, -1, 1, 0, 0, -1]  # the signs worked out above
-    assert trainer._metrics["train"]["rlpost/rollout/language_routed/pref_frac"] == [pytest.approx(5 / 8)]
+    assert logged["rlpost/rollout/language_routed/pref_frac"] == [pytest.approx(5 / 8)]
     x = LossInputs(logps=torch.zeros(8, 3), old_logps=torch.zeros(8, 3), advantages=torch.zeros(8, 1),
                    mask=torch.ones(8, 3), batch=out)  # fmt: skip
     term, metrics = strategy.loss_term(x)  # at the rollout policy: pref_coef * ln 2 on the 5 rows with s != 0
     assert term[:, 0].tolist() == pytest.approx([math.log(2.0) * abs(s) for s in out[PREF].tolist()])
     assert metrics["language_routed/pref_loss"] == pytest.approx(math.log(2.0))
-    trainer.model.training = False  # evaluation: zeros, the router does not move
-    before = strategy.log_w.clone()
-    assert strategy.score_rollouts(trainer, {"completion_ids": torch.zeros(8, 3)})[PREF].abs().sum() == 0
+    before = strategy.log_w.clone()  # evaluation: zeros, the router does not move
+    assert strategy.score_rollouts(inputs({"completion_ids": torch.zeros(8, 3)}, training=False))[PREF].abs().sum() == 0
     assert torch.equal(strategy.log_w, before) and strategy.loss_term(
         LossInputs(
             torch.zeros(8, 3), torch.zeros(8, 3), torch.zeros(8, 1), torch.ones(8, 3), batch={PREF: torch.zeros(8)}
