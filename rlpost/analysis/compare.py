@@ -406,14 +406,16 @@ def difference(
         jobs.append((ja, jb))
         censored += ra.censored + rb.censored
         whole_runs &= whole
-    differences = [x - y for x, y in zip(a_values, b_values)]
+    scale = max((abs(v) for v in a_values + b_values), default=0.0)
+    differences = [snap(x - y, scale) for x, y in zip(a_values, b_values)]
     groups = _prompt_differences(jobs, spec) if whole_runs else None
     if groups is not None:
         differences = [float(np.mean(g)) for g in groups]
-    mean = float(np.mean(differences)) if differences else None
+    mean = snap(float(np.mean(differences)), scale) if differences else None
     low = high = None
     if len(differences) >= MIN_SEEDS:
         low, high = two_level_bootstrap_ci(groups) if groups is not None else bootstrap_ci(differences)
+        low, high = snap(low, scale), snap(high, scale)
     test = _prompt_test(jobs, spec) if groups is not None else None
     call = None
     if expected.expect is not None and low is not None and high is not None:
@@ -480,7 +482,8 @@ def spread(arm: Method, baseline: Method, spec: MetricSpec, expected: Expectatio
         return Spread(arm.label, baseline.label, spec.text, seeds, None, None, None, None, None, None,
                       expected.expect_sd, None, None)  # fmt: skip
     sd_a, sd_b = sd(a), sd(b)
-    low, high = paired_bootstrap_ci(a, b, sd_difference)
+    scale = max(abs(v) for v in a + b)
+    low, high = (snap(x, scale) for x in paired_bootstrap_ci(a, b, sd_difference))
     margin = expected.margin if expected.expect_sd in MARGINED else None
     call = verdict(low, high, expected.expect_sd, margin) if expected.expect_sd is not None else None
     return Spread(
@@ -490,7 +493,7 @@ def spread(arm: Method, baseline: Method, spec: MetricSpec, expected: Expectatio
         seeds,
         sd_a,
         sd_b,
-        sd_a - sd_b,
+        snap(sd_a - sd_b, scale),
         low,
         high,
         sd_a / sd_b if sd_b > 0 else None,
@@ -527,8 +530,17 @@ def against_baseline(
     return Paired(baseline.label, differences, spreads)
 
 
+def snap(x: float, scale: float) -> float:
+    """0 for a difference within float rounding of the values it came from (``1e-9 * scale``): 0.6 + 0.1 minus
+    0.35 + 0.1 is not exactly 0.25, and a zero-width interval at 1e-17 must not pass for one that excludes 0."""
+    return 0.0 if abs(x) <= 1e-9 * scale else x
+
+
 def _num(x: float | None, digits: int = 3) -> str:
-    return "-" if x is None else f"{x:.{digits}f}"
+    if x is None:
+        return "-"
+    text = f"{x:.{digits}f}"
+    return text[1:] if text.startswith("-") and not text.strip("-0.") else text  # no -0.000
 
 
 def _fmt(c: Cell | None, digits: int = 3) -> tuple[str, str, str]:
@@ -544,7 +556,7 @@ def _sd(c: Cell | None, digits: int = 3) -> str:
 
 
 def _interval(low: float | None, high: float | None, digits: int = 3) -> str:
-    return "-" if low is None or high is None else f"[{low:.{digits}f}, {high:.{digits}f}]"
+    return "-" if low is None or high is None else f"[{_num(low, digits)}, {_num(high, digits)}]"
 
 
 AT_TEXT = {

@@ -61,10 +61,6 @@ def check(s: CompareSettings, overrides: list[str]) -> CompareSettings:
         raise ConfigError(
             f"all {len(jobs)} runs have the same overrides apart from the seed: one method, nothing to compare."
         )
-    logged = {k for j in jobs for r in j.rows for k in r} | {k for j in jobs for k in j.summary.get("after", {})}
-    missing = [m.key for m in specs if m.key not in logged]
-    if missing:
-        raise ConfigError(f"metrics {missing} are logged by none of the runs. Logged: {', '.join(sorted(logged))}.")
     if s.baseline is not None:
         methods = group_methods(jobs)
         try:
@@ -77,6 +73,10 @@ def check(s: CompareSettings, overrides: list[str]) -> CompareSettings:
                     f"arm {m.label!r} has more than one run with seed {seeds[0]}: the runs cannot be paired by seed "
                     "with the baseline. Give each seed once."
                 )
+    logged = {k for j in jobs for r in j.rows for k in r} | {k for j in jobs for k in j.summary.get("after", {})}
+    missing = [m.key for m in specs if m.key not in logged]
+    if missing:
+        raise ConfigError(f"metrics {missing} are logged by none of the runs. Logged: {', '.join(sorted(logged))}.")
     return s
 
 
