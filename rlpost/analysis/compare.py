@@ -34,13 +34,15 @@ per-prompt test (McNemar's exact test for 0/1 scores, the exact sign test otherw
 the paired seeds) is given beside it where the metric has items, and the pairwise test table compares each
 arm with the baseline (without a baseline: every two methods).
 
-Equal compute: besides the runs as they ran (``run``), every difference is read at the baseline's last
-step (``step``: the arm's series up to the step where the seed's baseline run ended) and, with
-``x_axis=tokens|flops|seconds``, at the baseline's total of that x (the arm's series up to where its
-cumulative x reaches the x of the seed's baseline run at its end; the value at that point is linearly
-interpolated between the two logged points around it; reductions.read_at). An arm that never reaches the
-budget has no reading for that seed. Where every paired arm run ended exactly at the budget the reading is
-the run's own (the JSON says ``same_as_run`` and the markdown leaves the row out).
+Equal compute: besides the runs as they ran (``run``), every difference is read at equal steps (``step``)
+and, with ``x_axis=tokens|flops|seconds``, at equal x. For each seed the budget is the baseline run's total
+(its last step, or its cumulative x at its end), or the arm run's total where that is smaller, so that both
+runs of the seed are read at the same budget: each run's series is cut where its cumulative x reaches the
+budget, the value at that point linearly interpolated between the two logged points around it
+(reductions.read_at), and the reduction is applied to the cut series (``first_above``/``first_below`` count
+steps: equal steps only). A cut reading is resampled over seeds (the item files hold the end of the run).
+Where every paired run ended exactly at its budget the reading is the run's own (the JSON says
+``same_as_run`` and the markdown leaves the row out).
 
 The spread: per arm and metric the SD over seeds; against the baseline, the difference of the two SDs
 over the paired seeds (arm minus baseline) with the 95% interval of a seed bootstrap that resamples the
@@ -134,8 +136,10 @@ class Difference:
     arm: str
     baseline: str
     metric: str  # the metrics entry, e.g. eval/accuracy:gain
-    at: str  # run (as each ran) | step (the baseline's last step) | tokens | flops | seconds (the baseline's total)
+    at: str  # run (as each ran) | step (the baseline's last step) | tokens | flops | seconds (the baseline's total);
+    # at step, tokens, flops, seconds both runs of a seed are read at the smaller of their two totals
     seeds: list[int]  # paired seeds with a reading in both
+    budgets: list[float | None]  # per paired seed: the step or x both runs are read at (None: at ``run``)
     arm_values: list[float]  # per paired seed
     baseline_values: list[float]
     differences: list[float]  # per paired seed (from the prompts where the scheme is seeds+prompts)
@@ -150,7 +154,7 @@ class Difference:
     verdict: str | None  # reproduced | opposite | null; None without expect or interval
     unpaired: list[int]  # seeds one side lacks, or without a reading on one side (never reached the budget)
     censored: int  # paired runs (either side) whose threshold was never crossed
-    same_as_run: bool  # every arm run ended at the budget: the reading equals ``run``
+    same_as_run: bool  # every paired run ended at the budget: the reading equals ``run``
 
 
 @dataclass(frozen=True)
@@ -393,13 +397,20 @@ def difference(
     a_values: list[float] = []
     b_values: list[float] = []
     jobs: list[tuple[Job, Job]] = []
+    budgets: list[float | None] = []
     censored, whole_runs = 0, True
     for seed, ja, jb in pairs:
-        rb = reading(jb, spec)
-        ra, whole = _read(ja, spec, at, None if at == "run" else final_x(jb, at))
+        budget = None
+        if at != "run":  # the smaller of the two totals: the baseline's, unless the arm's own is smaller
+            xa, xb = final_x(ja, at), final_x(jb, at)
+            budget = None if xa is None or xb is None else min(xa, xb)
+        ra, whole_a = _read(ja, spec, at, budget)
+        rb, whole_b = _read(jb, spec, at, budget)
         if ra is None or rb is None:
             unpaired.append(seed)
             continue
+        whole = whole_a and whole_b
+        budgets.append(budget)
         seeds.append(seed)
         a_values.append(ra.value)
         b_values.append(rb.value)
@@ -426,6 +437,7 @@ def difference(
         metric=spec.text,
         at=at,
         seeds=seeds,
+        budgets=budgets,
         arm_values=a_values,
         baseline_values=b_values,
         differences=differences,
@@ -559,13 +571,8 @@ def _interval(low: float | None, high: float | None, digits: int = 3) -> str:
     return "-" if low is None or high is None else f"[{_num(low, digits)}, {_num(high, digits)}]"
 
 
-AT_TEXT = {
-    "run": "end of run",
-    "step": "baseline's last step",
-    "tokens": "baseline's tokens",
-    "flops": "baseline's FLOPs",
-    "seconds": "baseline's seconds",
-}
+AT_TEXT = {"run": "end of run", "step": "equal steps", "tokens": "equal tokens", "flops": "equal FLOPs",
+           "seconds": "equal seconds"}  # fmt: skip
 
 
 def _expected(expect: str | None, margin: float | None) -> str:

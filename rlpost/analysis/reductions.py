@@ -19,7 +19,8 @@ into one number per run:
 
 The metric key is everything before the first ``:`` (no rlpost metric has one in its name).
 
-Equal compute (``read_at``): the run's series up to a budget on an x axis (``step``; ``tokens``: TRL's
+Equal compute (``read_at``; compare reads both runs of a seed at the smaller of their totals): the run's
+series up to a budget on an x axis (``step``; ``tokens``: TRL's
 cumulative ``num_tokens``; ``flops``: cumulative ``train_flops``; ``seconds``: cumulative
 ``step_time``). Each point's x is the run's x at the point's step (a held-out row takes the x of the
 training row of its step; step 0 is x = 0). The points with x <= budget are kept and, when the budget

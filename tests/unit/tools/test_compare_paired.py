@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 import yaml
 
-from rlpost.analysis.compare import find_baseline, find_runs, group_methods, write_comparison
+from rlpost.analysis.compare import difference, find_baseline, find_runs, group_methods, write_comparison
 from rlpost.analysis.reductions import parse_metric, read_at, reduce
 from rlpost.analysis.stats import (
     bootstrap_ci,
@@ -296,6 +296,7 @@ def test_paired_differences_against_a_baseline_by_hand(arms, tmp_path):
     #   minus grpo's 0.35 + 0.1s -> 1/60 on every seed
     t = diff[("gepo", "reward:last:2", "tokens")]
     assert t.differences == pytest.approx([1 / 60] * 3) and not t.same_as_run and t.scheme == "seeds"
+    assert t.budgets == [400.0] * 3
     #   eval/accuracy at 400 of gepo's 600 tokens: before + (after - before) * 2/3 (steps 0 and 4):
     #   seeds 0, 1: 0.25 + 0.25 * 2/3 = 0.41667 vs 0.25; seed 2: 0.25 + 0.5 * 2/3 = 0.58333 vs 0.5
     e = diff[("gepo", "eval/accuracy", "tokens")]
@@ -309,6 +310,10 @@ def test_paired_differences_against_a_baseline_by_hand(arms, tmp_path):
     for at in ("step", "tokens"):
         assert diff[("dapo", "reward:last:2", at)].differences == pytest.approx([0.0] * 3)
         assert diff[("dapo", "reward:last:2", at)].verdict == "null"  # (0, 0) contains 0
+    # the other way round, the baseline is the longer run: both are read at the smaller total, the arm's
+    (grpo, dapo) = (m for m in methods if m.label in ("algorithm=grpo", "algorithm=dapo"))
+    back = difference(grpo, dapo, parse_metric("reward:last:2"), "step")
+    assert back.budgets == [4.0] * 3 and back.differences == pytest.approx([0.0] * 3) and not back.same_as_run
     # dapo logged no held-out metric: no pair, no interval
     no_eval = diff[("dapo", "eval/accuracy", "run")]
     assert (no_eval.seeds, no_eval.unpaired, no_eval.mean, no_eval.verdict) == ([], [0, 1, 2], None, None)
@@ -351,7 +356,7 @@ def test_paired_differences_against_a_baseline_by_hand(arms, tmp_path):
     )
     assert "| algorithm=gepo | eval/accuracy | end of run | 3 | 0.583 | 0.333 | 0.250 | [0.000, " in markdown
     assert "seeds+prompts (12) | mcnemar | 0.25 | higher | null |" in markdown
-    assert "baseline's tokens" in markdown and "baseline's last step" in markdown  # dapo's step reading differs
+    assert "equal tokens" in markdown and "equal steps" in markdown  # dapo's equal-steps reading differs from its own
     assert (
         "| algorithm=gepo | reward:last:2 | 3 | 0.100 | 0.100 | 0.000 | [0.000, 0.000] | 1.000 | lower | null |"
         in markdown
