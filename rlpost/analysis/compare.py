@@ -695,7 +695,7 @@ def to_latex(cells: dict[str, dict[str, Cell | None]], metrics: Sequence[str], p
             if d.same_as_run:
                 continue
             p = "-" if d.test is None else f"{d.test.p_value:.3g}"
-            value = f"{_num(d.mean)} {_interval(d.low, d.high)}"
+            value = _num(d.mean) + ("" if d.low is None else f" {_interval(d.low, d.high)}")
             cells_d = [_tex(d.arm), _tex(d.metric), _tex(AT_TEXT[d.at]), str(len(d.seeds)), value, p, d.verdict or "-"]
             lines.append(" & ".join(cells_d) + " \\\\")
         lines += ["\\bottomrule", "\\end{tabular}"]

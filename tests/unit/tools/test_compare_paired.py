@@ -388,6 +388,10 @@ def test_cli_with_a_baseline_and_its_config_errors(arms, tmp_path, capsys, monke
             ["'eval/accuracy': a claim of equal needs an equality margin"],
         ),
         ([runs, "baseline='algorithm=grpo'", "expect=[higher]"], ["expect has 1 entries for 2 metrics"]),
+        (  # seed 0's baseline run given twice: nothing to pair it by
+            [f"runs=[{arms['gepo']},{arms['grpo']},{arms['grpo'] / '0'}]", "baseline='algorithm=grpo'"],
+            ["arm 'algorithm=grpo' has more than one run with seed 0"],
+        ),
     ):
         code = cli(["compare", *argv])
         assert_clean_failure(code, capsys.readouterr().err, expected, tmp_path)
