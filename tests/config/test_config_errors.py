@@ -140,6 +140,28 @@ CASES = [
     ("data-path-required", ["train", "data=jsonl"], ["Missing required value data.path", "data.path=<value>"]),
     ("model-path-required", ["train", "model=hf"], ["Missing required value model.path", "model.path=<value>"]),
     ("tool-value-required", ["report"], ["Missing required value path (marked ???)", "path=<value>"]),
+    # rlpost compare's reductions and verdict settings (issue 50 M2): refused before any run folder is read
+    (
+        "compare-unknown-reduction",
+        ["compare", "runs=[/nope]", "metrics=[reward:maks]"],
+        ["metrics[0]='reward:maks': unknown reduction 'maks'", "Valid: final, last:<k>, mean, max, min, first_above"],
+    ),
+    (
+        "compare-bad-window",
+        ["compare", "runs=[/nope]", "metrics=[reward:first_above:0.3:0]"],
+        ["metrics[0]='reward:first_above:0.3:0'", "first_above:<value>[:<window>] takes a number and a whole window"],
+    ),
+    (
+        "compare-invalid-expect",
+        ["compare", "runs=[/nope]", "baseline=x", "expect=hihger"],
+        ["Invalid value expect='hihger'", "Valid choices: higher, lower, equal, not_higher, not_lower"],
+    ),
+    ("compare-expect-without-baseline", ["compare", "runs=[/nope]", "expect=higher"], ["set baseline=<arm>"]),
+    (
+        "compare-margin-needed",
+        ["compare", "runs=[/nope]", "baseline=x", "metrics=[reward:last:5]", "expect=not_higher"],
+        ["'reward:last:5': a claim of not_higher needs an equality margin: set margin=<m>"],
+    ),
     ("missing-model-folder", ["train", "model=hf", "model.path=/nope/model"], ["model.path='/nope/model'", "no such"]),
     (  # a frozen second model (here the simulated user) is checked like the policy, not when it first loads
         "missing-simulator-folder",

@@ -119,3 +119,20 @@ def test_seed_sweep_compared_with_paired_items(tmp_path):
     a_better, b_better, ties = (int(c) for c in paired.split("|")[3:6])
     assert a_better + b_better + ties == 8  # 2 paired seeds x 4 prompts
     assert (sweep / "compare.tex").is_file() and (sweep / "compare.png").stat().st_size > 0
+    # against a baseline arm, on the files a real run writes: the end-of-run accuracy pairs prompts within seeds
+    # (two-level interval), the gain reads eval_items_before.json, a training reduction pairs seeds only
+    metrics = "metrics=[eval/accuracy,eval/accuracy:gain,reward:last:2]"
+    rlpost(
+        ["compare", f"dir={sweep}", "baseline='algorithm=grpo'", metrics, "x_axis=tokens", "expect=higher"],
+        cwd=tmp_path,
+    )
+    found = json.loads((sweep / "compare.json").read_text())
+    rows = {(d["metric"], d["at"]): d for d in found["differences"]}
+    assert found["baseline"] == "algorithm=grpo" and {d["arm"] for d in found["differences"]} == {"algorithm=dr_grpo"}
+    assert (
+        rows[("eval/accuracy", "run")]["seeds"] == [0, 1]
+        and rows[("eval/accuracy", "run")]["scheme"] == "seeds+prompts"
+    )
+    assert rows[("eval/accuracy:gain", "run")]["scheme"] == "seeds+prompts"
+    assert rows[("reward:last:2", "run")]["scheme"] == "seeds" and ("reward:last:2", "tokens") in rows
+    assert all(d["verdict"] in ("reproduced", "opposite", "null") for d in rows.values() if d["low"] is not None)
