@@ -1,22 +1,24 @@
 """Reward to advantage as one pure pipeline: tensors in, a typed result out, no trainer and no model.
 
+Stage 3 of the path of one batch (docs/architecture.md), in six steps:
+
     reward terms [N, R]
-      1. combine    reward.combine (rlpost/combine/): terms and weights -> task Rewards [N]
-      2. adjust     the rollout strategy's adjust_rewards (rlpost/rollouts/), training batches only:
+     3.1 combine    reward.combine (rlpost/combine/): terms and weights -> task Rewards [N]
+     3.2 adjust     the rollout strategy's adjust_rewards (rlpost/rollouts/), training batches only:
                     Rewards -> Rewards
-      3. whiten     algorithm.safety.reward_whitening (rlpost/safety/whiten.py): Rewards -> Rewards
-      4. shape      + DAPO's soft overlong penalty, - KL in the reward (kl.placement=reward),
+     3.3 whiten     algorithm.safety.reward_whitening (rlpost/safety/whiten.py): Rewards -> Rewards
+     3.4 shape      + DAPO's soft overlong penalty, - KL in the reward (kl.placement=reward),
                     -KL as each token's own reward (kl.placement=token, PPO's GAE reads it): Rewards -> Rewards
-      5. advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch: Rewards -> Advantages [N] or [N, T]
-      6. keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss;
+     3.5 advantage  algorithm.advantage (rlpost/advantages/) on a GroupBatch: Rewards -> Advantages [N] or [N, T]
+     3.6 keep       dynamic sampling: groups whose *task* rewards are all equal leave the loss;
                     algorithm.select (rlpost/select/): which trajectories the update budget goes to
     -> PipelineResult(rewards, task_rewards, advantages, keep, extras, metrics)
 
-Rewards (what to maximise, stages 1-4) and advantages (what the loss pushes on, stage 5) are
-different types, so no stage takes one for the other. A combine that returns advantages (odrpo,
-rdpo, decoupled: ``Combine.produces``) *is* stage 5: a relative rollout adjustment (stage 2) runs on
+Rewards (what to maximise, steps 3.1-3.4) and advantages (what the loss pushes on, step 3.5) are
+different types, so no step takes one for the other. A combine that returns advantages (odrpo,
+rdpo, decoupled: ``Combine.produces``) *is* step 3.5: a relative rollout adjustment (step 3.2) runs on
 each reward term before it, its ``score`` is the task reward (logged, read by regularizers), its
-output goes to the loss as the advantages, and stages 3-4 and any advantage but a group baseline are
+output goes to the loss as the advantages, and steps 3.3-3.4 and any advantage but a group baseline are
 refused before a model loads (``rlpost/combine/base.py``); dynamic sampling then drops the groups
 whose advantages are all equal. N = completions of the generation batch over all processes; rows
 ``g*G .. g*G+G-1`` share a prompt. The trainer (rlpost/trainer/scoring.py) gathers the inputs, runs
@@ -92,7 +94,7 @@ class PipelineResult:
 
 
 def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
-    """Stages 1-6 (module docstring) on one gathered generation batch."""
+    """Steps 3.1-3.6 (module docstring) on one gathered generation batch."""
     if reward.combine.produces == "advantages":
         return combined_advantages(x, reward, algo)
     task, metrics = combine_rewards(reward, x.reward_terms, x.num_generations)
@@ -109,7 +111,7 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
 
 
 def combined_advantages(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
-    """Stages 1-6 for a combine that returns advantages: adjust each term, combine into Advantages, keep."""
+    """Steps 3.1-3.6 for a combine that returns advantages: adjust each term, combine into Advantages, keep."""
     metrics: dict[str, float] = {}
     terms = adjust_terms(x, reward.names, algo, metrics)
     task = Rewards(reward.combine.score(terms, reward.weights.to(terms.device)))
@@ -147,7 +149,7 @@ def finish(
     metrics: dict[str, float],
     signal: torch.Tensor,
 ) -> PipelineResult:
-    """Stage 6 and the result: dynamic sampling drops the groups whose ``signal`` [N] is all equal."""
+    """Step 3.6 and the result: dynamic sampling drops the groups whose ``signal`` [N] is all equal."""
     keep = torch.ones_like(rewards.values)
     if algo.dynamic_sampling and x.training:
         keep = (~zero_variance_groups(signal, x.num_generations)).float()
@@ -161,13 +163,13 @@ def finish(
 
 
 def combine_rewards(reward: RewardParts, terms: torch.Tensor, num_generations: int) -> tuple[Rewards, dict]:
-    """Stage 1: reward terms [N, R] -> task rewards [N] with the run's combiner and weights."""
+    """Step 3.1: reward terms [N, R] -> task rewards [N] with the run's combiner and weights."""
     values, metrics = reward.combined(terms, num_generations)
     return Rewards(values), metrics
 
 
 def adjust_terms(x: PipelineInputs, names: list[str], algo: AlgorithmParts, metrics: dict) -> torch.Tensor:
-    """Stage 2 before a combine that returns advantages: a relative rollout adjustment (``reward_adjustment``)
+    """Step 3.2 before a combine that returns advantages: a relative rollout adjustment (``reward_adjustment``)
     on each reward term column [N] of ``x.reward_terms`` [N, R]; its metrics carry the term's name."""
     terms = x.reward_terms
     if x.kinds is None or not x.training or type(algo.rollout).reward_adjustment == "none":
@@ -181,7 +183,7 @@ def adjust_terms(x: PipelineInputs, names: list[str], algo: AlgorithmParts, metr
 
 
 def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict) -> Rewards:
-    """Stage 2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only)."""
+    """Step 3.2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only)."""
     if x.kinds is None or not x.training:
         return task
     for kind in sorted(set(x.kinds)):  # what each kind of row scored before the strategy rewrites it
@@ -195,7 +197,7 @@ def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metri
 def shape_rewards(
     task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict
 ) -> tuple[Rewards, torch.Tensor | None]:
-    """Stage 4: task rewards + overlong penalty - KL penalty -> rewards [N]; with kl.placement=token also
+    """Step 3.4: task rewards + overlong penalty - KL penalty -> rewards [N]; with kl.placement=token also
     the per-token rewards ``-coef * KL_t`` [N, T] that GAE adds to the last token's score."""
     shaping = torch.zeros_like(task.values)
     if algo.overlong.soft_penalty:
@@ -218,7 +220,7 @@ def shape_rewards(
 
 
 # DAPO's batch filter and shaping (seed 000 #23; Yu et al. 2025, arXiv 2503.14476): plain functions, not
-# components, called by the shape stage (overlong) and the keep stage (dynamic sampling) when switched on.
+# components, called by the shape step (overlong) and the keep step (dynamic sampling) when switched on.
 #
 # - ``zero_variance_groups(rewards [N], G) -> bool [N]``: True on every row of a group whose rewards
 #   are all equal (all correct or all wrong). Such a group has zero advantage under group

@@ -83,7 +83,7 @@ class RewardParts:
 
     def combined(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:
         """Reward terms [N, R] -> rewards [N] and the combiner's metrics: the one combination that training
-        (rlpost/pipeline.py, stage 1) and held-out evaluation (rlpost/evaluation/evaluate.py) both use."""
+        (rlpost/pipeline.py, step 3.1) and held-out evaluation (rlpost/evaluation/evaluate.py) both use."""
         return self.combine(terms, self.weights.to(terms.device), num_generations)
 
     def scored(self, terms: torch.Tensor, num_generations: int = 1) -> tuple[torch.Tensor, dict[str, float]]:

@@ -69,7 +69,7 @@ class Advantage(Component):
         raise NotImplementedError
 
     def estimate(self, batch: GroupBatch) -> Estimate:
-        """What the pipeline (rlpost/pipeline.py, stage 5) calls: the advantages, metrics and any by-products
+        """What the pipeline (rlpost/pipeline.py, step 3.5) calls: the advantages, metrics and any by-products
         the trainer needs (GAE's value targets ``returns`` [N, T]); by default ``self(batch)`` and none."""
         advantages, metrics = self(batch)
         return Estimate(advantages, metrics)

@@ -2,13 +2,13 @@
 
 TRL 1.16 has no PPOTrainer, so PPO is RLPostTrainer plus a critic; everything else is the seams:
 
-1. Rollout (seam 3, ``_rollout_statistics``): after TRL generated and scored the batch, a no-grad
+1. Rollout (stage 3, ``_rollout_statistics``): after TRL generated and scored the batch, a no-grad
    forward gives the rollout values V_old [B, T] (``critic.py``) and the rollout policy's log-probs;
    with ``kl.placement=token`` the pipeline's shaping stage makes ``-coef * KL_est(pi_rollout || ref)``
    each token's reward (rlpost/pipeline.py). The ``gae`` advantage turns values, token rewards and the
    combined task reward into whitened token advantages [N, T] and returns the value targets R
    (``advantages/gae.py``), which the loss reads from the pipeline's result.
-2. Loss (seam 4, hook ``_critic_loss``): the policy loss is the run's ``loss`` component (``clip``
+2. Loss (stage 5, hook ``_critic_loss``): the policy loss is the run's ``loss`` component (``clip``
    for PPO, ``output_reset`` for PPO-OR) on TRL's behaviour log-probs (``old_per_token_logps``); the
    clipped value loss times ``value_coef`` is added per token, then the run's one aggregation. The
    values come with the loss's one policy forward and are kept in the micro-batch's ``LossPass``

@@ -9,7 +9,7 @@ How a step runs (``RegenTrainer``): TRL's sampler draws group indices of the rep
 prompts, and the generation step reads those groups' stored tokens, reward terms and behaviour
 log-probs instead of sampling. Everything after that is the normal rlpost path: the run's
 ``reward.combine`` over the stored terms, its ``advantage``, its ``loss``, regularizers and
-aggregation (seams 3 and 4 of rlpost/trainer.py).
+aggregation (stages 3 and 5 of rlpost/trainer.py).
 
 Choices where the abstract is silent (it names no offline RL algorithm):
 - Off-policy correction: per-token truncated importance weights against the stored behaviour
@@ -122,7 +122,7 @@ def truncated_is_weights(
 
 
 class _ReplayBatches(GRPOTrainer):
-    """Sits under RLPostTrainer in the MRO: its seam 3 calls this instead of TRL's generate-and-score."""
+    """Sits under RLPostTrainer in the MRO: its stage 3 calls this instead of TRL's generate-and-score."""
 
     def _generate_and_score_completions(self, inputs: list[dict]) -> dict:
         if not self.model.training:
@@ -147,7 +147,7 @@ class _ReplayBatches(GRPOTrainer):
             "prompt_mask": prompt_mask,
             "completion_ids": completion_ids,
             "completion_mask": completion_mask,
-            "advantages": torch.zeros(len(rows), device=device),  # replaced by rlpost's advantage (seam 3)
+            "advantages": torch.zeros(len(rows), device=device),  # replaced by rlpost's advantage (stage 3)
             "num_items_in_batch": self.accelerator.gather(completion_mask.sum()).sum(),
         }
         current, _ = self._sampling_logps(output)  # pi_old: the learner now, no grad
@@ -155,13 +155,13 @@ class _ReplayBatches(GRPOTrainer):
         weights, metrics = truncated_is_weights(
             current, behaviour.to(current.dtype), completion_mask.float(), self.regen.is_cap
         )
-        output["importance_sampling_ratio"] = weights  # seam 4 multiplies the per-token loss by it
+        output["importance_sampling_ratio"] = weights  # stage 5 multiplies the per-token loss by it
         if self.beta != 0.0:
             output["ref_per_token_logps"] = self._reference_logps(output)
 
         names = self.run.reward.names
         terms = torch.tensor([[float(r[TERM_PREFIX + n]) for n in names] for r in rows], device=device)
-        batch = self.batch  # what seams 1 and 2 would have recorded (rlpost/trainer/batch.py)
+        batch = self.batch  # what stages 1 and 2 would have recorded (rlpost/trainer/batch.py)
         batch.reward_terms = self.accelerator.gather(terms)  # [N, R]
         batch.prompts, batch.completions = [r["prompt"] for r in rows], [r["completion"] for r in rows]
         batch.lengths, batch.truncated = lengths, [bool(r["truncated"]) for r in rows]

@@ -9,8 +9,8 @@ default, so they call it on every component and never probe for it:
     requires           set by a component       rollout statistics the trainer computes for it
     check_run(run)     build.check_run          cross-group checks against the built run
     describe()         rlpost show              the component's formula in one line
-    sampler(...)       trainer seam 0           which prompts share a generation batch (None: TRL's)
-    score_rollouts(x)  trainer seam 3           this process's tensors computed with another model
+    sampler(...)       trainer stage 0          which prompts share a generation batch (None: TRL's)
+    score_rollouts(x)  trainer stage 3          this process's tensors computed with another model
     stateful, state_dict(), load_state_dict()   rlpost/runs/state.py: saved with every checkpoint
 
 What each kind adds: ``Regularizer.prepare``, ``GradTransform.check_compatible``,
@@ -44,7 +44,7 @@ def _not_given(*args: Any, **kwargs: Any) -> Any:
 
 @dataclass(frozen=True)
 class ScoringInputs:
-    """What ``score_rollouts`` reads: one generation batch at scoring time (seam 3), after the pipeline ran.
+    """What ``score_rollouts`` reads: one generation batch at scoring time (stage 3), after the pipeline ran.
 
     Built by the trainer (``RLPostTrainer._scoring_inputs``, rlpost/trainer/scoring.py) for every batch, training
     and evaluation. B = this process's completions, N = all processes' (gathered), T = completion tokens.

@@ -19,7 +19,7 @@ Choices where the abstract is silent:
   every checkpoint (``state_dict``), so a resumed run projects onto the same subspace.
 - ``side=both`` by default: the update then stays in the span of ``u_i v_j^T`` (row and column
   spaces both trusted), the strictest reading of "remain within the reference subspace".
-- The transform runs on the accumulated gradient before clipping (trainer seam 5), so the clipped
+- The transform runs on the accumulated gradient before clipping (trainer stage 6), so the clipped
   and logged norm is the projected one. The optimizer is not changed: with AdamW the applied
   update is the elementwise-preconditioned projected gradient, close to but not exactly inside the
   subspace (exactly inside with SGD). Projection shrinks the gradient norm; no rescaling is done.

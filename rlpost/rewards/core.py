@@ -25,7 +25,7 @@ Choices where the abstract is silent (each a config field):
 - Confidence (``confidence``): ``none`` (c = 1) or ``logprob``: c_i = exp(mean token log-prob of
   the completion under the rollout policy), divided by the group's largest, to the power
   ``confidence_power``. The log-prob is the ``rlpost_logprob`` column the trainer adds to the
-  reward inputs when a reward declares ``rollout_fields = ("logprob",)`` (trainer.py seam 1).
+  reward inputs when a reward declares ``rollout_fields = ("logprob",)`` (trainer.py stage 1c).
 - Grading: only roll-outs that hold the pseudo-label are rewarded, graded by their support ``pi``
   (``grading`` = g; a wrong answer never earns reward from similar reasoning alone).
 - Majority vote is the case ``agreement_weight > 0, similarity_weight = 0, confidence = none,

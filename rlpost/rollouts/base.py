@@ -2,7 +2,7 @@
 
 A rollout strategy (``algorithm/rollout=X``, METHODS.md section 4) changes how the group of
 completions of one prompt is produced. It wraps TRL's generation (``GRPOTrainer._generate``) in
-``RLPostTrainer._generate`` (seam 1b of trainer.py)::
+``RLPostTrainer._generate`` (stage 1a of trainer.py)::
 
     rollouts = strategy.generate(prompts, ctx)     # prompts [B]: each prompt G times in a row
 

@@ -3,8 +3,8 @@
 Built from ``algorithm.safety`` by ``build_run`` (``BuiltRun.algorithm.safety``) and attached by
 ``RLPostTrainer.__init__``, so every subclass (PPO included) inherits it through four calls:
 
-    seam 3   rewards = kit.on_rewards(task_rewards, metrics, train)   whitening; the step's raw reward
-    seam 4   x = kit.on_loss_inputs(x, mode)                          ratio guard; KL for the rollback rule
+    stage 3   rewards = kit.on_rewards(task_rewards, metrics, train)   whitening; the step's raw reward
+    stage 5   x = kit.on_loss_inputs(x, mode)                          ratio guard; KL for the rollback rule
     compute_loss -> kit.on_loss(loss, mode)                           non-finite flag (the final loss)
     create_optimizer -> kit.on_optimizer(optimizer)                    fp32 master weights
 and its own ``SafetyCallback``: ``on_pre_optimizer_step`` (after clipping, model still at W_t) runs
@@ -114,7 +114,7 @@ class SafetyKit(Component):
             self.masters.adopt(optimizer)
         return optimizer
 
-    # ---- seam 3 and 4 -------------------------------------------------------------------------
+    # ---- stages 3 and 5 -------------------------------------------------------------------------
     def on_rewards(self, rewards: torch.Tensor, metrics: dict[str, float], train: bool) -> torch.Tensor:
         """Task rewards [N] (gathered) -> whitened [N] when enabled; remembers the step's raw mean."""
         if train:

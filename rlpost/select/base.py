@@ -1,6 +1,6 @@
 """The selection base class and its registry: which trajectories of a generation batch the update uses.
 
-A selector runs in the pipeline's keep stage (rlpost/pipeline.py, stage 6), after the advantages: it
+A selector runs in the pipeline's keep stage (rlpost/pipeline.py, step 3.6), after the advantages: it
 returns a 0/1 mask [N] over the batch. Rows it drops stay in their groups' baselines (the advantages
 were computed on every sampled trajectory) but leave the loss, as dynamic sampling's dropped groups do.
 Sample more than the update uses (``train.completions_per_step``) and let the selector spend the budget.

@@ -1,4 +1,4 @@
-"""Seam 6 of RLPostTrainer (a mixin): what a checkpoint holds and how it is written.
+"""Stage 7 of RLPostTrainer (a mixin): what a checkpoint holds and how it is written.
 
 Each checkpoint is written into ``<out>/.tmp-checkpoint-N/checkpoint-N`` (``_get_output_dir`` points
 TRL's own save there), together with the state of stateful components (``rlpost/runs/state.py``) and, with

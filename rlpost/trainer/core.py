@@ -1,11 +1,11 @@
 """RLPostTrainer: the class, its construction, and the seams that track one generation batch.
 
-Seam 0 ``_get_train_sampler``: a component's ``sampler`` picks which prompts share a batch.
-Seam 1 ``_generate``: the rollout strategy produces the groups (rollouts.py), or the environment's
+Stage 0 ``_get_train_sampler``: a component's ``sampler`` picks which prompts share a batch.
+Stage 1c ``_generate``: the rollout strategy produces the groups (rollouts.py), or the environment's
 episodes (``data/env``: TRL's ``rollout_func``, episodes.py); each rollout's true
 length and truncation go into the batch state (pad == EOS on many chat models, so lengths cannot be
-read back from the padded ids). Seam 2 ``_calculate_rewards``: the gathered reward matrix [N, R] is
-kept. Seams 3-8 live in the sibling modules (see rlpost/trainer/__init__.py).
+read back from the padded ids). Stage 2 ``_calculate_rewards``: the gathered reward matrix [N, R] is
+kept. Stages 3-7 live in the sibling modules (see rlpost/trainer/__init__.py).
 """
 
 from __future__ import annotations
@@ -92,7 +92,7 @@ class RLPostTrainer(
             model_parameters(self.model), self.num_iterations, run.needs_reference
         )
 
-    # ---- seam 0: which prompts share a generation batch ------------------------------------
+    # ---- stage 0: which prompts share a generation batch ------------------------------------
     def _get_train_sampler(self, dataset=None):
         """A component's ``sampler(...)`` (e.g. AIR's whole-intent batches) replaces TRL's RepeatSampler,
         keeping its contract: each prompt index G times in a row, each generation batch repeated."""
@@ -110,7 +110,7 @@ class RLPostTrainer(
                 return sampler
         return super()._get_train_sampler(dataset)
 
-    # ---- seam 1: rollouts ------------------------------------------------------------------
+    # ---- stage 1c: rollouts ------------------------------------------------------------------
     def _generate(self, prompts: list):
         out = self._rollout_strategy(prompts)  # algorithm/rollout wraps TRL's generation (rollouts.py)
         completion_ids, completions = out[1], out[3]
@@ -129,7 +129,7 @@ class RLPostTrainer(
         self.batch.record_rollouts(prompts, completions, completion_ids, stop_ids)
         return out
 
-    # ---- seam 2: keep the reward matrix ----------------------------------------------------
+    # ---- stage 2: keep the reward matrix ----------------------------------------------------
     def _calculate_rewards(self, inputs, prompts, completions, completion_ids_list):
         group_size = self.num_generations if self.model.training else self.num_generations_eval
         funcs = self.run.reward.funcs  # group rewards see the batch's groups; online rewards learn in training

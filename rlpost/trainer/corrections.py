@@ -1,7 +1,7 @@
 """The trainer side of corrections: behaviour vs train log-probs -> mismatch metrics and loss weights.
 
-Seam 3 (scoring.py) calls ``_correction_weights`` once per generation batch, after the advantages;
-seam 4 (loss.py) multiplies the policy loss by ``inputs[WEIGHT_KEY]``. The trainer gathers the
+Stage 3 (scoring.py) calls ``_correction_weights`` once per generation batch, after the advantages;
+stage 5 (loss.py) multiplies the policy loss by ``inputs[WEIGHT_KEY]``. The trainer gathers the
 tensors; the ``algorithm.correction`` component (rlpost/corrections/) and ``mismatch_metrics`` see
 only those (``CorrectionInputs``), never the trainer. Behaviour log-probs come from the rollout
 engine (a lower-precision copy or a peer model, rollout_engine.py) or from vLLM's sampler (TRL's

@@ -1,4 +1,4 @@
-"""Seam 8: the log-prob forward of the policy and reference (``_get_per_token_logps_and_entropies``).
+"""Stage 4: the log-prob forward of the policy and reference (``_get_per_token_logps_and_entropies``).
 
 ``train.logprob_head`` chooses who turns the backbone's hidden states into per-token log-probs:
 

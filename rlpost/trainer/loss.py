@@ -1,6 +1,6 @@
-"""Seams 4 and 5 of RLPostTrainer (a mixin): the loss of a micro-batch, and gradient transforms.
+"""Stages 5 and 6 of RLPostTrainer (a mixin): the loss of a micro-batch, and gradient transforms.
 
-Seam 4 ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` component, the per-token
+Stage 5 ``_compute_loss``: TRL's log-prob forward, then rlpost's ``loss`` component, the per-token
 weights (vLLM's truncated IS, ``algorithm.correction``), the regularizers' token selection of the policy
 loss (``policy_mask``, e.g. top_entropy), the regularizers (KL in the loss is one of them,
 rlpost/losses/kl.py) and PPO's value loss, then one explicit aggregation (rlpost/losses/aggregation.py),
@@ -8,7 +8,7 @@ plus the regularizer terms that are already reduced (scalars: TRL's entropy bonu
 branches are never reached. The micro-batch is held in ``self.loss_pass`` (rlpost/trainer/batch.py
 ``LossPass``) for the call, and a batch holding a key that neither TRL nor ``LOSS_BATCH_KEYS``
 (rlpost/losses/base.py) declares is refused.
-Seam 5 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
+Stage 6 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
 clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and clipped
 norm would not be the norm of the gradient actually applied).
 

@@ -1,6 +1,6 @@
-"""DAPO's dynamic-sampling refill (seed 000 #23), inside seam 3: over-sample until the batch carries signal.
+"""DAPO's dynamic-sampling refill (seed 000 #23), inside stage 3: over-sample until the batch carries signal.
 
-Dynamic sampling drops the groups whose task rewards are all equal (rlpost/pipeline.py, stage 6).
+Dynamic sampling drops the groups whose task rewards are all equal (rlpost/pipeline.py, step 3.6).
 With ``algorithm.max_refill_rounds = K > 0`` the trainer then generates and scores up to K more
 generation batches of fresh prompts and puts their informative groups in the dropped groups' places,
 until every group of the batch carries signal or K rounds are spent (TRL lacks this: its issue #3708)::
@@ -105,7 +105,7 @@ def merge_rows(output: dict, extra: dict, rows: list[tuple[int, int]], pad_id: i
 
 
 class RefillSeams(SeamBase):
-    """Mixin for ``RLPostTrainer``: ``_refill`` after seam 3 scored the step's own generation batch."""
+    """Mixin for ``RLPostTrainer``: ``_refill`` after stage 3 scored the step's own generation batch."""
 
     def _refill(self, inputs: list[dict], output: dict) -> dict:
         """Refill rounds (module docstring) -> the merged output for the loss."""

@@ -1,10 +1,10 @@
 """The generation-side seams of RLPostTrainer (a mixin, so trainer.py stays one screen of seams).
 
-- seam 1b ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) builds each
+- stage 1a ``_rollout_strategy``: the ``algorithm/rollout`` strategy (rlpost/rollouts/) builds each
   group around TRL's own ``_generate``; its ``adjust_rewards`` runs in the pipeline (rlpost/pipeline.py).
   The strategy gets a ``RolloutContext`` of narrow callables (``_rollout_context``), never the trainer:
   ``_generate_each`` samples one completion per prompt, setting G = 1 (and an episode's rows) for the call.
-- seam 7 ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
+- stage 1b ``_generate_single_turn``: rollouts from a lower-precision policy copy or a peer model
   (rlpost/trainer/rollout_engine.py) when the correction asks for them; otherwise TRL's generation, with
   each distinct prompt prefilled once under ``train.shared_prefix`` (rlpost/generation/prefix_generation.py) and
   oneDNN's packed weights under ``train.cpu_matmul`` (rlpost/generation/onednn.py).
@@ -100,7 +100,7 @@ class RolloutSeams(SeamBase):
             stack.enter_context(onednn.packed_weights(policy, rows))
         return stack
 
-    # ---- seam 1b: rollout strategies (rlpost/rollouts/) -------------------------------------
+    # ---- stage 1a: rollout strategies (rlpost/rollouts/) -------------------------------------
     def _rollout_strategy(self, prompts: list):
         """``algorithm/rollout``: how each group is produced; ``none`` and eval batches are TRL's sampling."""
         strategy = self.run.algorithm.rollout

@@ -1,7 +1,7 @@
-"""Seam 3 of RLPostTrainer (a mixin): rewards -> advantages for one generation batch.
+"""Stage 3 of RLPostTrainer (a mixin): rewards -> advantages for one generation batch.
 
 ``_generate_and_score_completions`` starts the batch state (rlpost/trainer/batch.py), lets TRL generate and
-score (seams 1 and 2 fill the state), gathers what the pipeline needs, runs it (rlpost/pipeline.py)
+score (stages 1 and 2 fill the state), gathers what the pipeline needs, runs it (rlpost/pipeline.py)
 and hands this process its slice: ``advantages`` [B] or [B, T] for TRL's output dict, plus the loss
 inputs rlpost adds (``rlpost_keep``, ``rlpost_rewards``, ``rlpost_num_tokens``, the correction's
 weights, regularizers' ``prepare`` tensors, the components' ``score_rollouts`` tensors; every key is
@@ -63,7 +63,7 @@ class ScoringSeams(SeamBase):
         """Generate, score and run the pipeline on one generation batch; ``first=False`` (a refill round)
         logs no pipeline metrics and records no samples or replays."""
         batch = self.batch = self._new_batch(inputs)
-        output = super()._generate_and_score_completions(inputs)  # seams 1 and 2 run inside
+        output = super()._generate_and_score_completions(inputs)  # stages 1 and 2 run inside
         training = self.model.training
         result = batch.result = run_pipeline(self._pipeline_inputs(output), self.run.reward, self.run.algorithm)
         local = self._process_slice(len(inputs))
@@ -95,7 +95,7 @@ class ScoringSeams(SeamBase):
         for name, value in result.metrics.items():
             self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)
         if training:
-            assert batch.reward_terms is not None  # seam 2 kept it
+            assert batch.reward_terms is not None  # stage 2 kept it
             terms = batch.reward_terms[local]
             self._record_samples(terms, result.rewards.values[local], advantages[local])
             if self.replay is not None:  # logging.replay: this process's rollouts with behaviour log-probs

@@ -57,16 +57,16 @@ TRAINER_SOURCES += [*(ROOT / "rlpost" / "rollouts").glob("*.py")]  # strategies:
 
 # the seam -> the parameter names rlpost's override relies on (TRL 1.16.0 / transformers 5.2x)
 SEAMS = {
-    "_get_train_sampler": ["self", "dataset"],  # seam 0 (trainer/core.py)
-    "_generate": ["self", "prompts"],  # seam 1 (trainer/core.py, algorithms/regen.py)
-    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],  # seam 2
-    "_generate_and_score_completions": ["self", "inputs"],  # seam 3 (trainer/scoring.py, ppo, regen)
-    "_compute_loss": ["self", "model", "inputs"],  # seam 4 (trainer/loss.py, ppo)
-    "_clip_grad_norm": ["self", "model"],  # seam 5 (trainer/loss.py, ppo)
-    "_save_checkpoint": ["self", "model", "trial"],  # seam 6 (trainer/checkpoints.py)
-    "_get_output_dir": ["self", "trial"],  # seam 6: where TRL writes a checkpoint
-    "_load_optimizer_and_scheduler": ["self", "checkpoint"],  # seam 6: component state on resume (+ ppo)
-    "_generate_single_turn": [  # seam 7 (trainer/rollouts.py)
+    "_get_train_sampler": ["self", "dataset"],  # stage 0 (trainer/core.py)
+    "_generate": ["self", "prompts"],  # stage 1c (trainer/core.py, algorithms/regen.py)
+    "_calculate_rewards": ["self", "inputs", "prompts", "completions", "completion_ids_list"],  # stage 2
+    "_generate_and_score_completions": ["self", "inputs"],  # stage 3 (trainer/scoring.py, ppo, regen)
+    "_compute_loss": ["self", "model", "inputs"],  # stage 5 (trainer/loss.py, ppo)
+    "_clip_grad_norm": ["self", "model"],  # stage 6 (trainer/loss.py, ppo)
+    "_save_checkpoint": ["self", "model", "trial"],  # stage 7 (trainer/checkpoints.py)
+    "_get_output_dir": ["self", "trial"],  # stage 7: where TRL writes a checkpoint
+    "_load_optimizer_and_scheduler": ["self", "checkpoint"],  # stage 7: component state on resume (+ ppo)
+    "_generate_single_turn": [  # stage 1b (trainer/rollouts.py)
         "self",
         "prompt_ids",
         "images",
@@ -74,7 +74,7 @@ SEAMS = {
         "num_generations",
         "has_tool_images",
     ],
-    "_get_per_token_logps_and_entropies": [  # seam 8 (trainer/logprobs.py, ppo): the first six are used
+    "_get_per_token_logps_and_entropies": [  # stage 4 (trainer/logprobs.py, ppo): the first six are used
         "self",
         "model",
         "input_ids",

@@ -360,7 +360,7 @@ def test_three_real_steps_term_only_on_open_variants(tmp_path):
     spy = Spy(run.algorithm.regularizers[0][1])
     run.algorithm.regularizers[0] = ("air", spy)
     train_set, _ = load_datasets(run.data)
-    cls = RLPostTrainer  # its _get_train_sampler uses AIR.sampler (trainer seam 0)
+    cls = RLPostTrainer  # its _get_train_sampler uses AIR.sampler (trainer stage 0)
     trainer = cls(
         model=load_model(run.model),
         args=grpo_args(run, tmp_path),
