@@ -68,6 +68,17 @@ def test_unit_test_folders_mirror_the_package():
     assert loose == [], f"tests at the top of tests/unit (each belongs in its package's folder): {loose}"
 
 
+def test_every_test_module_has_its_own_basename():
+    """pytest imports test files by basename (rootdir-relative ``rootdir`` mode): two ``test_x.py`` in two folders
+    stop collection on a fresh checkout (CI run of stop 51)."""
+    tests = import_layers.REPO / "tests"
+    seen: dict[str, list[str]] = {}
+    for path in sorted(tests.rglob("test_*.py")):
+        seen.setdefault(path.name, []).append(str(path.relative_to(tests)))
+    clashes = {name: paths for name, paths in seen.items() if len(paths) > 1}
+    assert clashes == {}, f"test modules sharing a basename (rename one): {clashes}"
+
+
 # ---- components never touch the trainer's private members (issue 47) ----------------------------------------
 TRAINER_PACKAGES = ("trainer", "algorithms")  # the trainer's own code: it may read and write its own state
 

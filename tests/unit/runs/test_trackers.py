@@ -1,6 +1,6 @@
 """logging.trackers without training (rlpost/runs/trackers.py, rlpost/core/config.py): the list and the deprecated
 keys folded into it, the training arguments, the checks before any model loads, each run's own folders, and
-what ``rlpost show`` says. tests/trainer/test_trackers.py reads back a real run."""
+what ``rlpost show`` says. tests/trainer/test_trackers_trainer.py reads back a real run."""
 
 from __future__ import annotations
 
