@@ -67,12 +67,12 @@ def _scale(a: torch.Tensor, b: torch.Tensor, mask: torch.Tensor | None) -> float
 
 
 def share(flags: torch.Tensor, mask: torch.Tensor | None = None) -> float:
-    """The share of counted units where ``flags`` is true: a mean over ``mask`` (broadcast to the flags; all units
-    without one); 0.0 when nothing is counted."""
-    f = flags.float()
+    """The share of counted units where ``flags`` is true: a mean over ``mask`` (flags and mask broadcast to each
+    other: [B, 1] flags count once per token of their row; all units without a mask); 0.0 when nothing is counted."""
+    f = flags.double()  # counts in float64: a share of k in n units is k / n exactly
     if mask is None:
-        return float(f.mean()) if f.numel() else 0.0
-    m = torch.broadcast_to(mask.float(), f.shape)
+        return float(f.sum()) / f.numel() if f.numel() else 0.0
+    f, m = torch.broadcast_tensors(f, mask.double())
     total = float(m.sum())
     return float((f * m).sum()) / total if total > 0 else 0.0
 

@@ -142,7 +142,7 @@ class AdaptiveControl(Correction):
         return c.rollout_precision == "bf16" and c.band_low <= BF16_FLOOR[0] and BF16_FLOOR[1] <= c.band_high
 
     def config_warnings(self, run: Any) -> list[str]:
-        warnings = super().config_warnings(run)
+        warnings = []
         if self.band_contains_floor():
             c = self.cfg
             warnings.append(
@@ -163,7 +163,7 @@ class AdaptiveControl(Correction):
                 f"the {self.cfg.controlled} discrepancy stayed inside the band at every step{where}, so tau stayed at "
                 f"tau_init={self.cfg.tau_init:g} and the gate admitted every token"
             )
-        return super().inert_reason(rows, run)
+        return None
 
     def state_dict(self) -> dict:
         return {"tau": self.tau, "updates": self.updates, "last_discrepancy": self.last_discrepancy}

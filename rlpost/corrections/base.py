@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
-from rlpost.core.activity import changed
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.registry import Registry
 
@@ -77,28 +77,10 @@ class Correction(Component):
         """``active/correction/<name>`` of one training generation batch (rlpost/core/activity.py). The no-op is
         weight 1: the figure is the share of counted tokens (of counted sequences for [N, 1] weights) whose weight
         differs from 1 beyond the tolerance. Read from the weights the trainer already has."""
-        return fraction(changed(weights, torch.ones_like(weights)), x.mask)
-
-    def self_sampled(self, run: Any) -> bool:
-        """The run's rollouts come from the policy itself: no lower-precision copy, no vLLM, no peer; then train
-        and behaviour log-probs are the same numbers and any ratio-based weight is 1."""
-        return self.cfg.rollout_precision is None and self.peer is None and not run.hardware.use_vllm
-
-    def config_warnings(self, run: Any) -> list[str]:
-        """A correction on rollouts the policy samples itself has nothing to correct (``self_sampled``)."""
-        if self.registry_name == "none" or not self.self_sampled(run):
-            return []
-        return [
-            f"algorithm/correction={self.registry_name}: rollouts come from the policy itself "
-            "(algorithm.correction.rollout_precision=null, no vLLM, no peer), so the train and behaviour log-probs "
-            "are equal and every weight is 1: its activity figure will stay 0. Set "
-            "algorithm.correction.rollout_precision=bf16 (or use vLLM) to give it a mismatch to correct."
-        ]
-
-    def inert_reason(self, rows: list[dict[str, Any]], run: Any) -> str | None:
-        if self.self_sampled(run):
-            return "rollouts came from the policy itself: train and behaviour log-probs were equal (no mismatch)"
-        return None
+        flags = changed(weights, torch.ones_like(weights))
+        if weights.size(1) == 1:  # a weight per sequence: the sequences with a counted token
+            return share(flags[:, 0], (x.mask.sum(dim=1) > 0).float())
+        return share(flags, x.mask)
 
 
 CORRECTIONS: Registry[Correction] = Registry("correction", Correction)
