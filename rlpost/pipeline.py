@@ -27,6 +27,12 @@ whose advantages are all equal. N = completions of the generation batch over all
 
 Choices: dynamic sampling reads the task reward (after whitening, before shaping), so shaping
 (overlong, KL) cannot make a solved group look informative; the KL reward penalty is detached.
+
+Activity figures (issue 48, rlpost/core/activity.py), training batches only, put into ``metrics`` under
+``active/<kind>/<name>`` (logged as they are, not under ``rlpost/``), each computed by its kind's base from what
+the step already produced: ``combine`` (step 3.1), ``rollout`` (step 3.2), ``shape/overlong`` (step 3.4: the
+share of rows with a non-zero soft overlong penalty), ``advantage`` (step 3.5), ``keep/dynamic_sampling`` (the
+share of rows dynamic sampling drops) and ``select`` (step 3.6). A component that is the plain GRPO path reports none.
 """
 
 from __future__ import annotations
@@ -37,6 +43,7 @@ from typing import TYPE_CHECKING, Any
 import torch
 
 from rlpost.advantages.base import Estimate, GroupBatch, advantage_metrics
+from rlpost.core.activity import PREFIX, put_figure, share
 from rlpost.losses.kl import kl_estimate, kl_reward_penalty
 
 if TYPE_CHECKING:
@@ -45,6 +52,11 @@ if TYPE_CHECKING:
 
 # PPO's per-token KL penalty keeps the name its docs and runs use, beside TRL's own ``kl`` (not rlpost/...)
 UNPREFIXED_METRICS = frozenset({"kl/token_penalty_sum_mean"})
+
+
+def unprefixed(name: str) -> bool:
+    """A pipeline metric logged under its own name (``UNPREFIXED_METRICS``, every ``active/`` figure), not rlpost/."""
+    return name in UNPREFIXED_METRICS or name.startswith(PREFIX)
 
 
 @dataclass(frozen=True)
@@ -98,6 +110,10 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
     if reward.combine.produces == "advantages":
         return combined_advantages(x, reward, algo)
     task, metrics = combine_rewards(reward, x.reward_terms, x.num_generations)
+    if x.training:
+        metrics["reward/varied_columns"] = varied_columns(x.reward_terms, x.num_generations)
+        figure = reward.combine.activity(x.reward_terms, reward.weights, x.num_generations, task.values)
+        put_figure(metrics, "combine", reward.combine.registry_name, figure)
     task = adjust_rewards(task, x, algo, metrics)
     task = Rewards(algo.safety.on_rewards(task.values, metrics, x.training))  # whitening (off by default)
     rewards, token_rewards = shape_rewards(task, x, algo, metrics)
@@ -107,16 +123,25 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
     batch = group_batch(x, reward, rewards, extras)
     estimate = algo.advantage.estimate(batch)
     metrics.update(estimate.metrics)
+    if x.training:
+        put_figure(
+            metrics, "advantage", algo.advantage.registry_name, algo.advantage.activity(batch, estimate.advantages)
+        )
     return finish(x, algo, rewards, task, estimate, batch, metrics, signal=task.values)
 
 
 def combined_advantages(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -> PipelineResult:
     """Steps 3.1-3.6 for a combine that returns advantages: adjust each term, combine into Advantages, keep."""
     metrics: dict[str, float] = {}
+    if x.training:
+        metrics["reward/varied_columns"] = varied_columns(x.reward_terms, x.num_generations)
     terms = adjust_terms(x, reward.names, algo, metrics)
     task = Rewards(reward.combine.score(terms, reward.weights.to(terms.device)))
     values, combine_metrics = reward.combined(terms, x.num_generations)
     metrics.update(combine_metrics)
+    if x.training:
+        figure = reward.combine.activity(terms, reward.weights, x.num_generations, values)
+        put_figure(metrics, "combine", reward.combine.registry_name, figure)
     advantages = values.nan_to_num(0.0)  # an unscorable row (NaN in every term) is pushed neither way
     estimate = Estimate(advantages, advantage_metrics(advantages))
     metrics.update(estimate.metrics)
@@ -154,10 +179,12 @@ def finish(
     if algo.dynamic_sampling and x.training:
         keep = (~zero_variance_groups(signal, x.num_generations)).float()
         metrics["dynamic_sampling/kept_fraction"] = keep.mean().item()
+        put_figure(metrics, "keep", "dynamic_sampling", share(keep < 0.5))
     if x.training and type(algo.select).registry_name != "none":  # the update budget (e.g. CuSearch's SDGA)
         selected, select_metrics = algo.select(batch)
         keep = keep * selected.to(keep)
         metrics.update({f"select/{k}": v for k, v in select_metrics.items()})
+        put_figure(metrics, "select", algo.select.registry_name, algo.select.activity(selected))
     metrics["reward"] = torch.nanmean(rewards.values).item()
     return PipelineResult(rewards, task, Advantages(estimate.advantages), keep, estimate.extras, metrics, batch)
 
@@ -177,13 +204,18 @@ def adjust_terms(x: PipelineInputs, names: list[str], algo: AlgorithmParts, metr
     columns = []
     for j, name in enumerate(names):
         extra: dict[str, float] = {}
-        columns.append(adjust_rewards(Rewards(terms[:, j]), x, algo, extra).values)
-        metrics.update({f"{key}/{name}": value for key, value in extra.items()})
-    return torch.stack(columns, dim=1)
+        columns.append(adjust_rewards(Rewards(terms[:, j]), x, algo, extra, figure=False).values)
+        metrics.update({f"{k}/{name}": value for k, value in extra.items()})
+    adjusted = torch.stack(columns, dim=1)
+    put_figure(metrics, "rollout", algo.rollout.registry_name, algo.rollout.activity(x.kinds, terms, adjusted))
+    return adjusted
 
 
-def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict) -> Rewards:
-    """Step 3.2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only)."""
+def adjust_rewards(
+    task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metrics: dict, figure: bool = True
+) -> Rewards:
+    """Step 3.2: the rollout strategy rewrites the rewards of the rows it shaped (training batches only); with
+    ``figure`` its activity figure too (``adjust_terms`` reports one for all the columns)."""
     if x.kinds is None or not x.training:
         return task
     for kind in sorted(set(x.kinds)):  # what each kind of row scored before the strategy rewrites it
@@ -191,6 +223,8 @@ def adjust_rewards(task: Rewards, x: PipelineInputs, algo: AlgorithmParts, metri
         metrics[f"rollout/{kind}_reward"] = torch.nanmean(task.values[rows]).item()
     values, extra = algo.rollout.adjust_rewards(task.values, x.kinds, x.rows, x.completions, x.num_generations)
     metrics.update(extra)
+    if figure:
+        put_figure(metrics, "rollout", algo.rollout.registry_name, algo.rollout.activity(x.kinds, task.values, values))
     return Rewards(values)
 
 
@@ -206,6 +240,8 @@ def shape_rewards(
         ).to(shaping)
         shaping = shaping + penalty
         metrics["overlong/penalty_mean"] = penalty.mean().item()
+        if x.training:
+            put_figure(metrics, "shape", "overlong", share(penalty != 0))
     kl, token_rewards = algo.kl, None
     if kl.coef > 0 and kl.placement == "reward":
         penalty = kl_reward_penalty(x.policy_logps, x.ref_logps, x.loss_mask, kl.coef, kl.estimator)
@@ -236,6 +272,17 @@ def shape_rewards(
 #
 #   so it reaches ``-factor`` at ``L = max_len``. With ``cache_len = 0`` there is no buffer: 0 up to
 #   and including ``max_len``, ``-factor`` beyond (TRL's behaviour). Returned as float32.
+
+
+def varied_columns(reward_terms: torch.Tensor, num_generations: int) -> float:
+    """reward terms [N, R], G -> how many columns vary within at least one group (``reward/varied_columns``: the
+    evidence for "one active reward column" when a combine of several stays inert, rlpost/analysis/inert.py)."""
+    return float(
+        sum(
+            not bool(zero_variance_groups(reward_terms[:, j], num_generations).all())
+            for j in range(reward_terms.size(1))
+        )
+    )
 
 
 def zero_variance_groups(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:

@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import torch
 
+from rlpost.core.activity import key
 from rlpost.core.config import BatchPlan, HardwareConfig, OverlongSettings, RunSettings, grpo_config_kwargs
 from rlpost.data.sources import DataConfig
 from rlpost.launch.deepspeed import deepspeed_config
@@ -133,6 +134,49 @@ class BuiltRun:
         if self.env is not None:
             named.append(("data.env", self.env))
         return named
+
+    def figure_components(self) -> list[tuple[str, Component]]:
+        """``(active/<kind>/<name>, component)`` for every component that may log an activity figure (issue 48,
+        rlpost/core/activity.py): the names the trainer and the pipeline log them under."""
+        algo = self.algorithm
+        pairs: list[tuple[str, Component]] = [
+            (key("combine", self.reward.combine.registry_name), self.reward.combine),
+            (key("rollout", algo.rollout.registry_name), algo.rollout),
+            (key("advantage", algo.advantage.registry_name), algo.advantage),
+            (key("select", algo.select.registry_name), algo.select),
+            (key("correction", algo.correction.registry_name), algo.correction),
+            (key("loss", algo.loss.registry_name), algo.loss),
+        ]
+        pairs += [(key("regularizer", name), reg) for name, reg in algo.regularizers]
+        pairs += [(key("grad", name), transform) for name, transform in algo.grad]
+        return pairs
+
+    def config_warnings(self) -> list[str]:
+        """Settings visible from the config alone under which a method cannot act (its activity figure would stay
+        0), one line each, for ``rlpost show``: every component's ``config_warnings`` and the pipeline's switches."""
+        warnings = [line for component in self.components() for line in component.config_warnings(self)]
+        algo, reward = self.algorithm, self.reward
+        if algo.dynamic_sampling and not bool((reward.weights != 0).any()):
+            warnings.append(
+                "algorithm.dynamic_sampling: every reward weight is 0, so the reward has one level and every group is "
+                "all-equal: dynamic sampling drops every group from the loss."
+            )
+        advantage, shaped = (
+            algo.advantage,
+            algo.overlong.soft_penalty or (algo.kl.coef > 0 and algo.kl.placement != "loss"),
+        )
+        if (
+            algo.safety.cfg.whiten_rewards.enabled
+            and advantage.registry_name == "group_norm"
+            and advantage.cfg.scale == "group"
+            and not shaped
+        ):
+            warnings.append(
+                "algorithm.safety.whiten_rewards: whitening is one affine map of the rewards, which the group "
+                "normalisation of algorithm/advantage=group_norm (scale=group) undoes within each group (up to its "
+                "eps), and no reward shaping sits between them: it changes nothing (rlpost/safety/whiten.py)."
+            )
+        return warnings
 
     def grpo_config_kwargs(self, output_dir: str) -> dict[str, Any]:
         """Keyword arguments for ``trl.GRPOConfig`` of this run (train, benchmarks and tests share it)."""

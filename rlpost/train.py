@@ -1,4 +1,7 @@
-"""The training recipe, top to bottom: validate, load, evaluate, train, evaluate, summarize."""
+"""The training recipe, top to bottom: validate, load, evaluate, train, evaluate, summarize.
+
+The summary (summary.json) lists the components whose activity figure stayed 0 for the whole run under
+``inert`` (rlpost/analysis/inert.py), each with the reason where it is known; ``rlpost train`` prints them."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ from transformers import PrinterCallback
 from trl import GRPOConfig
 
 from rlpost.algorithms import trainer_class
+from rlpost.analysis.inert import inert_figures
 from rlpost.analysis.plots import plot_curves
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
@@ -136,6 +140,7 @@ def train(
         seconds_per_step=round(train_seconds / max(trainer.state.global_step, 1), 3),
         final_checkpoint=str(rundir.checkpoints / "final"),
         last_log=trainer.state.log_history[-1] if trainer.state.log_history else {},
+        inert=inert_components(run, rundir.read_metrics()),  # activity figures that stayed 0 (issue 48)
     )
     if run.settings.eval.at_end:
         items: list[dict] = []
@@ -151,6 +156,19 @@ def train(
         summary["plot"] = str(plot) if plot else None
     rundir.write_summary(summary)
     return summary
+
+
+def inert_components(run: BuiltRun, rows: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The components whose activity figure stayed 0 in the logged training ``rows`` (every step of the run,
+    resumed attempts included: metrics.jsonl), each with its own reason (``Component.inert_reason``) or a generic
+    one (rlpost/analysis/inert.py)."""
+    inert = {entry["figure"] for entry in inert_figures(rows)}
+    reasons = {}
+    for name, component in run.figure_components():
+        reason = component.inert_reason(rows, run) if name in inert else None
+        if reason:
+            reasons[name] = reason
+    return inert_figures(rows, reasons)
 
 
 @dataclass(frozen=True)

@@ -7,10 +7,11 @@ prompt, R = reward terms, T = completion length (padded). Rows ``g*G .. g*G+G-1`
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 import torch
 
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry
@@ -58,10 +59,62 @@ def advantage_metrics(advantages: torch.Tensor) -> dict[str, float]:
     }
 
 
+Scale = Literal["group", "batch", "none"]  # divide by the group std, the batch std, or not at all
+
+
+def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
+    """Unbiased std ignoring NaNs (TRL's ``nanstd``): NaN where fewer than 2 values are not NaN."""
+    if dim is None:
+        x, dim = x.reshape(-1), 0
+    mean = torch.nanmean(x, dim=dim, keepdim=True)
+    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
+    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
+    var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
+    return torch.sqrt(var).squeeze(dim)
+
+
+def group_relative(
+    rewards: torch.Tensor, g: int, scale: Scale = "group", leave_one_out: bool = False, eps: float = 1e-4
+) -> tuple[torch.Tensor, torch.Tensor]:
+    """rewards [N] (NaN = unscorable), G -> (advantages [N], NaN where undefined; group std [N/G]).
+
+    The formula of group_norm's module docstring (rlpost/advantages/group_norm.py) before TRL's last step
+    (NaN -> 0), which callers choose."""
+    if not rewards.is_floating_point():
+        rewards = rewards.float()
+    if g < 1 or rewards.numel() % g:
+        raise ValueError(f"group_norm: {rewards.numel()} rewards do not split into groups of {g}")
+    grouped = rewards.view(-1, g)  # [N/G, G]
+    if leave_one_out:
+        valid = ~torch.isnan(grouped)
+        n = valid.sum(1, keepdim=True).to(rewards.dtype)
+        total = torch.nansum(grouped, dim=1, keepdim=True)
+        others = (total - grouped) / (n - 1).clamp(min=1.0)  # [N/G, G] mean of the other valid rewards
+        baseline = torch.where(n > 1, others, torch.full_like(others, float("nan"))).reshape(-1)  # A -> 0 if n <= 1
+    else:
+        baseline = torch.nanmean(grouped, dim=1).repeat_interleave(g)
+    group_std = nanstd(grouped, dim=1) if g > 1 else rewards.new_zeros(grouped.size(0))
+    advantages = rewards - baseline
+    if scale == "group":
+        advantages = advantages / (group_std.repeat_interleave(g) + eps)
+    elif scale == "batch":
+        std = nanstd(rewards) if rewards.numel() > 1 else rewards.new_zeros(())
+        advantages = advantages / (std + eps)
+    return advantages, group_std
+
+
+def grpo_advantages(rewards: torch.Tensor, num_generations: int) -> torch.Tensor:
+    """rewards [N] (NaN = unscorable), G -> GRPO's advantage [N]: (r - mean_group) / (std_group + 1e-4), unbiased
+    std, 0 where undefined (TRL 1.16's, ``group_norm`` with its defaults). The no-op every activity figure of an
+    advantage or a combine is measured against (rlpost/core/activity.py)."""
+    return torch.nan_to_num(group_relative(rewards.float(), num_generations)[0], nan=0.0)
+
+
 class Advantage(Component):
     """Maps a group batch to advantages: [N] (one per completion) or [N, T] (per token).
 
-    Optional members (``requires``, ``check_run``, ``describe``, ``state_dict``, ...): ``Component``.
+    Optional members: ``activity`` (below); ``requires``, ``check_run``, ``describe``, ``state_dict``, ...:
+    ``Component``.
     """
 
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
@@ -73,6 +126,18 @@ class Advantage(Component):
         the trainer needs (GAE's value targets ``returns`` [N, T]); by default ``self(batch)`` and none."""
         advantages, metrics = self(batch)
         return Estimate(advantages, metrics)
+
+    def activity(self, batch: GroupBatch, advantages: torch.Tensor) -> float | None:
+        """``active/advantage/<name>`` of one training batch (rlpost/core/activity.py): the share of rows ([N]
+        advantages) or of counted tokens ([N, T], ``batch.completion_mask``) whose advantage differs from GRPO's
+        group-normalised advantage of the same rewards (``grpo_advantages(batch.rewards)``, per row, broadcast over
+        its tokens), up to one positive factor for the whole batch (``scale_free``). Only the estimate's output is
+        read: nothing is computed twice and no state moves. None: not reported (group_norm with GRPO's settings)."""
+        noop = grpo_advantages(batch.rewards, batch.num_generations).to(advantages.device)
+        if advantages.dim() == 2:
+            mask = batch.completion_mask[:, : advantages.size(1)].to(advantages.device)
+            return share(changed(advantages, noop.unsqueeze(1), mask, scale_free=True), mask)
+        return share(changed(advantages, noop, scale_free=True))
 
 
 ADVANTAGES: Registry[Advantage] = Registry("advantage", Advantage)

@@ -27,54 +27,13 @@ Choices:
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated
 
 import torch
 
-from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, advantage_metrics
+from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch, Scale, advantage_metrics, group_relative
+from rlpost.advantages.base import nanstd as nanstd  # re-exported: its callers import it from here
 from rlpost.core.schema import Range
-
-Scale = Literal["group", "batch", "none"]  # divide by the group std, the batch std, or not at all
-
-
-def nanstd(x: torch.Tensor, dim: int | None = None) -> torch.Tensor:
-    """Unbiased std ignoring NaNs (TRL's ``nanstd``): NaN where fewer than 2 values are not NaN."""
-    if dim is None:
-        x, dim = x.reshape(-1), 0
-    mean = torch.nanmean(x, dim=dim, keepdim=True)
-    var = torch.nanmean((x - mean) ** 2, dim=dim, keepdim=True)
-    count = (~torch.isnan(x)).sum(dim=dim, keepdim=True)
-    var = var * torch.where(count > 1, count / (count - 1), torch.full_like(var, float("nan")))
-    return torch.sqrt(var).squeeze(dim)
-
-
-def group_relative(
-    rewards: torch.Tensor, g: int, scale: Scale = "group", leave_one_out: bool = False, eps: float = 1e-4
-) -> tuple[torch.Tensor, torch.Tensor]:
-    """rewards [N] (NaN = unscorable), G -> (advantages [N], NaN where undefined; group std [N/G]).
-
-    The formula of the module docstring before TRL's last step (NaN -> 0), which callers choose."""
-    if not rewards.is_floating_point():
-        rewards = rewards.float()
-    if g < 1 or rewards.numel() % g:
-        raise ValueError(f"group_norm: {rewards.numel()} rewards do not split into groups of {g}")
-    grouped = rewards.view(-1, g)  # [N/G, G]
-    if leave_one_out:
-        valid = ~torch.isnan(grouped)
-        n = valid.sum(1, keepdim=True).to(rewards.dtype)
-        total = torch.nansum(grouped, dim=1, keepdim=True)
-        others = (total - grouped) / (n - 1).clamp(min=1.0)  # [N/G, G] mean of the other valid rewards
-        baseline = torch.where(n > 1, others, torch.full_like(others, float("nan"))).reshape(-1)  # A -> 0 if n <= 1
-    else:
-        baseline = torch.nanmean(grouped, dim=1).repeat_interleave(g)
-    group_std = nanstd(grouped, dim=1) if g > 1 else rewards.new_zeros(grouped.size(0))
-    advantages = rewards - baseline
-    if scale == "group":
-        advantages = advantages / (group_std.repeat_interleave(g) + eps)
-    elif scale == "batch":
-        std = nanstd(rewards) if rewards.numel() > 1 else rewards.new_zeros(())
-        advantages = advantages / (std + eps)
-    return advantages, group_std
 
 
 def group_advantage(values: torch.Tensor, g: int, scale: Scale = "group", eps: float = 1e-4) -> torch.Tensor:
@@ -110,6 +69,11 @@ class GroupNorm(Advantage):
         zero_std = torch.isnan(group_std) | torch.isclose(group_std, torch.zeros_like(group_std))
         metrics = {**advantage_metrics(advantages), "frac_reward_zero_std": float(zero_std.float().mean())}
         return advantages, metrics
+
+    def activity(self, batch: GroupBatch, advantages: torch.Tensor) -> float | None:
+        """None with GRPO's settings (scale=group, no leave-one-out, eps=1e-4): it is the no-op, and how many rows
+        it pushes is ``1 - frac_reward_zero_std``; other settings (group_center, rloo, batch) report the base's."""
+        return None if self.cfg == self.Config() else super().activity(batch, advantages)
 
     def describe(self) -> str:
         base = "mean of the other G-1 rewards" if self.cfg.leave_one_out else "mean_group(r)"

@@ -3,7 +3,9 @@
 PATH is a run directory (holds config.yaml or metrics.jsonl) or a multirun folder whose job
 subfolders are run directories (the command: rlpost/tools/report.py, conf/report.yaml).
 The page (``PATH/report.html`` unless ``out=``) holds: a table of the runs (overrides, steps,
-held-out metrics before -> after), the training curves and a diagnostics panel as PNGs embedded in
+held-out metrics before -> after), the inert components of each run (activity figures that stayed 0,
+with the reason: summary.json ``inert``, or read from metrics.jsonl for a run without a summary,
+rlpost/analysis/inert.py), the training curves and a diagnostics panel as PNGs embedded in
 base64 (drawn by rlpost/analysis/plots.py), the config keys that differ between jobs (the resolved config of
 a single run), and a sample of completions per step with their reward terms. No external URL, stylesheet or script: it opens offline in any browser.
 """
@@ -19,6 +21,7 @@ from typing import Any
 
 import yaml
 
+from rlpost.analysis.inert import inert_figures
 from rlpost.analysis.plots import DEFAULT_KEYS, plot_curves
 from rlpost.runs.rundir import read_jsonl
 
@@ -127,9 +130,10 @@ def build_report(path: str | Path, samples_per_step: int = 2, window: int = 1) -
     parts = [f"<h1>rlpost report: {html.escape(path.name)}</h1>"]
     parts.append(f"<p>{html.escape(str(path.resolve()))}: {len(runs)} run{'s' if len(runs) > 1 else ''}.</p>")
 
-    rows = []
+    rows, summaries = [], []
     for run, ov, label in zip(runs, overrides, labels):
         summary = json.loads((run / "summary.json").read_text()) if (run / "summary.json").is_file() else {}
+        summaries.append(summary)
         cells = [cell(run.name), cell(" ".join(ov) or "(defaults)"), cell(summary.get("algorithm", "-"))]
         cells.append(cell(summary.get("steps", len([m for m in metrics[label] if "loss" in m]))))
         for key in SUMMARY_KEYS:
@@ -138,6 +142,7 @@ def build_report(path: str | Path, samples_per_step: int = 2, window: int = 1) -
         cells.append(cell(summary.get("seconds_per_step", "-")))
         rows.append(f"<tr>{''.join(cells)}</tr>")
     parts += ["<h2>Runs</h2>", table("runs", ["job", "overrides", "algorithm", "steps", *SUMMARY_KEYS, "s/step"], rows)]
+    parts += ["<h2>Inert components</h2>", inert_table(runs, summaries, [metrics[label] for label in labels])]
 
     for title, img_id, keys in (
         ("Training curves", "curves", DEFAULT_KEYS),
@@ -169,6 +174,21 @@ def build_report(path: str | Path, samples_per_step: int = 2, window: int = 1) -
     body = "\n".join(parts)
     title = html.escape(f"rlpost report: {path.name}")
     return f'<!doctype html>\n<html lang="en"><head><meta charset="utf-8"><title>{title}</title><style>{STYLE}</style></head>\n<body>\n{body}\n</body></html>\n'
+
+
+def inert_table(runs: list[Path], summaries: list[dict[str, Any]], metrics: list[list[dict[str, Any]]]) -> str:
+    """Every component whose activity figure stayed 0 for its whole run: summary.json's ``inert`` (with the
+    components' own reasons), else computed from metrics.jsonl (generic reasons only: a run without a summary)."""
+    rows = []
+    for run, summary, logged in zip(runs, summaries, metrics):
+        entries = summary["inert"] if "inert" in summary else inert_figures(logged)
+        source = "summary.json" if "inert" in summary else "metrics.jsonl"
+        for entry in entries:
+            cells = [cell(run.name), cell(entry["component"]), cell(entry["steps"]), cell(entry.get("reason") or "-")]
+            rows.append(f"<tr>{''.join(cells)}{cell(source)}</tr>")
+    if not rows:
+        return '<p id="inert">(none: every reported activity figure was non-zero at some step)</p>'
+    return table("inert", ["job", "component", "steps at 0", "reason", "from"], rows)
 
 
 def samples_table(runs: list[Path], per_step: int) -> str:

@@ -15,7 +15,8 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
-from rlpost.advantages.base import nan_weighted_sum
+from rlpost.advantages.base import grpo_advantages, nan_weighted_sum
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry
@@ -29,11 +30,14 @@ class Combine(Component):
     """``reward_terms [N, R]`` and the term weights ``[R]`` -> rewards (or advantages) ``[N]`` and metrics.
 
     Combiners that need the group structure receive ``num_generations`` (G; rows g*G..g*G+G-1
-    share a prompt). NaN marks a term that did not apply to a sample. Optional members
-    (``check_run``, ``describe``, ``state_dict``, ...): ``Component``.
+    share a prompt). NaN marks a term that did not apply to a sample. Optional members: ``activity``,
+    ``multi_column`` (below); ``check_run``, ``describe``, ``state_dict``, ...: ``Component``.
     """
 
     produces: ClassVar[Literal["rewards", "advantages"]] = "rewards"  # what __call__ returns (module docstring)
+    # its mechanism acts between several reward columns (re-weighting, decorrelating, normalising each): `rlpost
+    # show` warns when the run has a single column (config_warnings)
+    multi_column: ClassVar[bool] = False
 
     def __call__(
         self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int
@@ -46,6 +50,32 @@ class Combine(Component):
         """The scalar reward [N] of a combine that produces advantages (logged as ``reward``, ``eval/reward``):
         by default the weighted sum of the terms, NaN terms left out (NaN where every term is)."""
         return nan_weighted_sum(reward_terms, weights)
+
+    def activity(
+        self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int, output: torch.Tensor
+    ) -> float | None:
+        """``active/combine/<name>`` of one training batch (rlpost/core/activity.py): the share of rows whose GRPO
+        advantage differs from the plain path's, GRPO's group-normalised advantage of the weighted sum
+        (``grpo_advantages(nan_weighted_sum(terms, weights))``), up to one positive factor for the batch
+        (``scale_free``). A combine that returns rewards is compared through GRPO's advantage of its ``output``
+        (a reward rescaled or shifted per group changes nothing GRPO trains on); one that returns advantages,
+        through ``output`` itself (NaN = 0, as the pipeline sends it). ``output`` is what ``__call__`` returned:
+        a stateful combine (focal) is not called again. None: not reported (the weighted sum itself)."""
+        g = num_generations
+        noop = grpo_advantages(nan_weighted_sum(reward_terms, weights), g)
+        mine = output.float().nan_to_num(0.0) if self.produces == "advantages" else grpo_advantages(output, g)
+        return share(changed(mine, noop.to(mine.device), scale_free=True))
+
+    def config_warnings(self, run: Any) -> list[str]:
+        """A combine whose mechanism acts between columns (``multi_column``) on a run with one reward column."""
+        if self.multi_column and len(run.reward.names) == 1:
+            return [
+                f"reward/combine={self.registry_name} acts between several reward columns, but this run has one "
+                f"({run.reward.names[0]}): there is nothing to re-weight or decorrelate, and what is left is the "
+                "weighted sum or close to it. Add reward terms, or split one into columns (a rubric's criteria: "
+                "reward.terms.0.params.columns=criteria)."
+            ]
+        return []
 
 
 def check_advantage_combine(run: Any) -> None:

@@ -44,6 +44,7 @@ class Decoupled(Combine):
     """Task and style reward terms group-normalized separately, then added (CRPO)."""
 
     produces = "advantages"
+    multi_column = True  # one reward column: the weighted sum up to a factor (rlpost show warns)
     seed = "seed 004 #8"
 
     @dataclass(frozen=True)

@@ -47,6 +47,7 @@ class Focal(Combine):
     """Weighted sum whose weights move toward the criteria furthest from saturation."""
 
     stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
+    multi_column = True  # one reward column: the weighted sum up to a factor (rlpost show warns)
 
     @dataclass(frozen=True)
     class Config:

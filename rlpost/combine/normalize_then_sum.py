@@ -38,6 +38,7 @@ class NormalizeThenSum(Combine):
     """GDPO / TRL normalize_then_sum: group-normalize each term, weighted sum, normalize over the batch."""
 
     produces = "advantages"
+    multi_column = True  # one reward column: the weighted sum up to a factor (rlpost show warns)
 
     @dataclass(frozen=True)
     class Config:

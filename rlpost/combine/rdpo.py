@@ -74,6 +74,7 @@ class RDPO(Combine):
     """Per-group magnitude-aware quantile normalization, Mahalanobis whitening of the active columns, weighted sum."""
 
     produces = "advantages"
+    multi_column = True  # one reward column: nothing to decorrelate (rlpost show warns)
     seed = "seed 004 #22"
 
     @dataclass(frozen=True)

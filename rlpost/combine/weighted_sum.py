@@ -42,3 +42,10 @@ class WeightedSum(Combine):
             rewards = rewards.masked_fill(unscorable, float("nan"))
         frac = unscorable.float().mean().item() if len(unscorable) else 0.0
         return rewards, {"unscorable_frac": frac}
+
+    def activity(
+        self, reward_terms: torch.Tensor, weights: torch.Tensor, num_generations: int, output: torch.Tensor
+    ) -> float | None:
+        """None: the weighted sum is the no-op itself; with ``nan_as_zero`` (unscorable rows scored 0, not left
+        out) the base's figure."""
+        return super().activity(reward_terms, weights, num_generations, output) if self.cfg.nan_as_zero else None

@@ -8,6 +8,8 @@ default, so they call it on every component and never probe for it:
 
     requires           set by a component       rollout statistics the trainer computes for it
     check_run(run)     build.check_run          cross-group checks against the built run
+    config_warnings(run)  rlpost show           settings under which it cannot act (its activity stays 0)
+    inert_reason(rows, run)  rlpost train's summary  why its activity figure stayed 0 for a whole run
     describe()         rlpost show              the component's formula in one line
     sampler(...)       trainer stage 0          which prompts share a generation batch (None: TRL's)
     score_rollouts(x)  trainer stage 3          this process's tensors computed with another model
@@ -15,7 +17,10 @@ default, so they call it on every component and never probe for it:
 
 What each kind adds: ``Regularizer.prepare``, ``GradTransform.check_compatible``,
 ``RolloutStrategy.adjust_rewards``, ``Correction.peer`` / ``peer_per_group``, and the reward flags
-``is_group_reward``, ``group_size``, ``learning``, ``rollout_fields`` (see each base).
+``is_group_reward``, ``group_size``, ``learning``, ``rollout_fields`` (see each base). Each method kind
+(advantage, loss, regularizer, grad, correction, combine, rollout, select) also declares ``activity``,
+its figure ``active/<kind>/<name>`` per step: what its no-op is and how the figure is computed is stated
+once, in that base (rlpost/core/activity.py has the tolerance).
 Every default keeps exactly the behaviour of a component that lacked the member before the
 contract: ``prepare`` and ``score_rollouts`` return ``{}`` (nothing added to the batch), ``sampler``
 returns ``None`` (TRL's sampler), ``adjust_rewards`` returns the rewards unchanged.
@@ -113,6 +118,18 @@ class Component:
         """Cross-group checks against the built run (reward terms it names, a reference model it needs, G);
         raise ``ConfigError``. Called by ``build.check_run`` for every component before any model loads.
         ``run`` is an ``rlpost.run.BuiltRun`` (not imported here: run.py imports the component kinds)."""
+
+    def config_warnings(self, run: Any) -> list[str]:
+        """Settings visible from the config alone under which this component cannot act (its activity figure would
+        stay 0 for the whole run): one line each, which ``rlpost show`` prints before any model loads. ``run`` is
+        the ``BuiltRun``. Default: none."""
+        return []
+
+    def inert_reason(self, rows: list[dict[str, Any]], run: Any) -> str | None:
+        """Why this component's activity figure stayed 0 for a whole run, read from the run's logged training
+        metrics ``rows`` (one per step, metrics.jsonl) and the ``BuiltRun``; None: no reason of its own
+        (rlpost/analysis/inert.py adds the generic ones: all-equal groups, one varying reward column)."""
+        return None
 
     def describe(self) -> str:
         """One line for ``rlpost show``: the formula this component computes (default: its docstring's first line)."""

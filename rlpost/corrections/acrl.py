@@ -38,7 +38,7 @@ from __future__ import annotations
 import logging
 import math
 from dataclasses import dataclass
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 import torch
 
@@ -53,6 +53,10 @@ from rlpost.corrections.base import (
 )
 
 logger = logging.getLogger(__name__)
+
+# the engines' floor mismatch: mean |Delta| of bf16 rollouts against the fp32 trainer, SmolLM2-135M on CPU
+# (bench/METHODS.md ACRL); a band containing it never moves tau with bf16 rollouts
+BF16_FLOOR = (0.03, 0.04)
 
 
 @CORRECTIONS.register("acrl")
@@ -131,6 +135,35 @@ class AdaptiveControl(Correction):
                 c.band_high,
                 c.tau_min,
             )
+
+    def band_contains_floor(self) -> bool:
+        """The band [band_low, band_high] holds the whole bf16 floor (``BF16_FLOOR``) and bf16 rollouts give it."""
+        c = self.cfg
+        return c.rollout_precision == "bf16" and c.band_low <= BF16_FLOOR[0] and BF16_FLOOR[1] <= c.band_high
+
+    def config_warnings(self, run: Any) -> list[str]:
+        warnings = []
+        if self.band_contains_floor():
+            c = self.cfg
+            warnings.append(
+                f"algorithm/correction=acrl: the band [{c.band_low:g}, {c.band_high:g}] contains the bf16 mismatch floor "
+                f"(mean |log pi - log mu| {BF16_FLOOR[0]:g}-{BF16_FLOOR[1]:g}, rlpost/corrections/acrl.py): with bf16 "
+                f"rollouts the discrepancy sits inside the band, tau stays at tau_init={c.tau_init:g} and the gate "
+                f"admits nearly every token, so its activity figure will stay near 0. Put the band above the floor "
+                f"(algorithm.correction.band_low={BF16_FLOOR[1]:g} or more) or tau_init lower."
+            )
+        return warnings
+
+    def inert_reason(self, rows: list[dict[str, Any]], run: Any) -> str | None:
+        """The controlled discrepancy stayed inside the band (``in_band`` = 1 every step): tau never moved."""
+        in_band = [row["rlpost/correction/in_band"] for row in rows if row.get("rlpost/correction/in_band") is not None]
+        if in_band and all(v == 1.0 for v in in_band):
+            where = " (the band contains the bf16 floor)" if self.band_contains_floor() else ""
+            return (
+                f"the {self.cfg.controlled} discrepancy stayed inside the band at every step{where}, so tau stayed at "
+                f"tau_init={self.cfg.tau_init:g} and the gate admitted every token"
+            )
+        return None
 
     def state_dict(self) -> dict:
         return {"tau": self.tau, "updates": self.updates, "last_discrepancy": self.last_discrepancy}

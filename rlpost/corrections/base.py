@@ -19,6 +19,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 import torch
 
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.registry import Registry
 
@@ -55,7 +56,7 @@ class CorrectionInputs:
 class Correction(Component):
     """Per-token loss weights from the train/behaviour log-probs, and float metrics.
 
-    Optional members: ``peer`` / ``peer_per_group`` (below); ``check_run``, ``describe``,
+    Optional members: ``peer`` / ``peer_per_group``, ``activity`` (below); ``check_run``, ``describe``,
     ``state_dict``, ...: ``Component``.
     """
 
@@ -71,6 +72,15 @@ class Correction(Component):
     def __call__(self, x: CorrectionInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """Train/behaviour log-probs [N, T] -> loss weights [N, T] or [N, 1], and float metrics."""
         raise NotImplementedError
+
+    def activity(self, x: CorrectionInputs, weights: torch.Tensor) -> float | None:
+        """``active/correction/<name>`` of one training generation batch (rlpost/core/activity.py). The no-op is
+        weight 1: the figure is the share of counted tokens (of counted sequences for [N, 1] weights) whose weight
+        differs from 1 beyond the tolerance. Read from the weights the trainer already has."""
+        flags = changed(weights, torch.ones_like(weights))
+        if weights.size(1) == 1:  # a weight per sequence: the sequences with a counted token
+            return share(flags[:, 0], (x.mask.sum(dim=1) > 0).float())
+        return share(flags, x.mask)
 
 
 CORRECTIONS: Registry[Correction] = Registry("correction", Correction)

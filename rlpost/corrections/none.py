@@ -26,5 +26,9 @@ class NoCorrection(Correction):
         """Weights of exactly 1, [N, 1]; the trainer does not even apply them."""
         return torch.ones(x.mask.size(0), 1, device=x.mask.device), {}
 
+    def activity(self, x: CorrectionInputs, weights: torch.Tensor) -> float | None:
+        """None: weight 1 is the no-op itself (nothing is reported)."""
+        return None
+
     def describe(self) -> str:
         return "none: the policy loss is not re-weighted"

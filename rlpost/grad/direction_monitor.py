@@ -51,6 +51,7 @@ class DirectionMonitor(GradTransform):
     """Log the directional change of the update's top singular directions vs a clean reference (no grad change)."""
 
     stateful = True  # its running state travels with every checkpoint (rlpost/runs/state.py)
+    measures_only = True  # never changes p.grad: no activity figure (GradTransform.apply)
 
     seed = "seed 004 #10"
 

@@ -18,8 +18,11 @@ from typing import Any, ClassVar
 
 import torch
 
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.registry import Registry
+
+GRPO_EPSILON = 0.2  # the clip range of the plain GRPO path (TRL's epsilon): the no-op of a loss's activity figure
 
 
 def _same(x: torch.Tensor) -> torch.Tensor:
@@ -70,8 +73,8 @@ class LossInputs:
 class PolicyLoss(Component):
     """Per-token policy loss and float metrics (already reduced, for logging).
 
-    Optional members (``score_rollouts`` for inputs from another model, ``check_run``, ``describe``,
-    ...): ``Component``.
+    Optional members: ``activity`` (below); ``score_rollouts`` for inputs from another model, ``check_run``,
+    ``describe``, ...: ``Component``.
     """
 
     # True when the loss reads the batch's ``importance_sampling_ratio`` (vLLM's IS ratio, REGEN's replay
@@ -81,6 +84,92 @@ class PolicyLoss(Component):
     def __call__(self, x: LossInputs) -> tuple[torch.Tensor, dict[str, float]]:
         """One micro-batch -> per-token loss [B, T] (or [B, 1]) and float metrics."""
         raise NotImplementedError
+
+    def activity(self, x: LossInputs, loss: torch.Tensor) -> float | None:
+        """``active/loss/<name>`` of one training micro-batch (rlpost/core/activity.py): the share of counted tokens
+        (``x.mask``) whose gradient coefficient ``d(sum_t m_t loss_t)/d log pi_t`` differs from the clipped
+        surrogate's at the same inputs (``clip_gradient``: GRPO's loss at epsilon 0.2), up to one positive factor
+        for the micro-batch (``scale_free``). The gradient, not the value, is compared: losses that equal GRPO's in
+        gradient but not in value (-A log pi against -A r at ratio 1) change nothing. It is one extra
+        ``autograd.grad`` from the loss to the log-probs, which never reaches the model (no forward pass); a
+        sequence-level loss [B, 1] counts once per token, as the aggregation counts it. None: not a training
+        micro-batch (no gradient), or the loss is GRPO's own (``clip`` at 0.2/0.2)."""
+        if not (torch.is_grad_enabled() and x.logps.requires_grad and loss.requires_grad):
+            return None
+        mask = x.mask.to(x.logps.dtype)
+        total = (loss.expand_as(mask) * mask).sum()
+        (grad,) = torch.autograd.grad(total, x.logps, retain_graph=True, allow_unused=True)
+        grad = torch.zeros_like(x.logps) if grad is None else grad
+        return share(changed(grad, clip_gradient(x), mask, scale_free=True), mask)
+
+    def on_policy_figure(self) -> float | None:
+        """``activity`` on a fixed small on-policy micro-batch (every ratio 1: log pi = log pi_old), four rows of
+        mixed-sign advantages and uneven lengths: 0.0 when this loss's gradient there is the clipped surrogate's,
+        None when it reports nothing or cannot be probed without inputs from the run (OPD's teacher log-probs)."""
+        gen = torch.Generator().manual_seed(0)
+        logps = (-3.0 * torch.rand(4, 6, generator=gen)).requires_grad_()
+        mask = torch.ones(4, 6)
+        mask[1, 4:], mask[3, 2:] = 0.0, 0.0
+        x = LossInputs(
+            logps=logps,
+            old_logps=logps.detach(),
+            advantages=torch.tensor([[1.0], [-1.0], [0.5], [-0.25]]),
+            mask=mask,
+            entropies=torch.rand(4, 6, generator=gen),
+            ref_logps=logps.detach(),
+        )
+        with torch.enable_grad():
+            try:
+                loss, _ = self(x)
+            except (KeyError, ValueError, RuntimeError, TypeError):  # needs a batch key or a model
+                return None
+            return self.activity(x, loss)
+
+    def config_warnings(self, run: Any) -> list[str]:
+        """On a run whose every ratio is 1 (``every_ratio_is_one``), a loss whose gradient at ratio 1 is the clipped
+        surrogate's (``on_policy_figure`` 0: gspo, cispo, gmpo, clip_higher, ...) cannot act."""
+        if not every_ratio_is_one(run) or self.on_policy_figure() != 0.0:
+            return []
+        return [
+            f"algorithm/loss={self.registry_name}: at ratio pi/pi_old = 1 its gradient is GRPO's clipped surrogate's, "
+            "and every ratio of this run is 1 (train.num_iterations=1, train.minibatches=1, rollouts from the policy "
+            "itself): it cannot act and its activity figure will stay 0. Set train.num_iterations=2 (or more), or "
+            "train.minibatches=2."
+        ]
+
+    def inert_reason(self, rows: list[dict[str, Any]], run: Any) -> str | None:
+        """Every ratio was 1 (``every_ratio_is_one``) and this loss equals the clipped surrogate there."""
+        if every_ratio_is_one(run) and self.on_policy_figure() == 0.0:
+            return (
+                "every ratio pi/pi_old was 1 (one pass over each batch, train.num_iterations=1, rollouts from the "
+                "policy itself), where this loss's gradient is the clipped surrogate's"
+            )
+        return None
+
+
+def every_ratio_is_one(run: Any) -> bool:
+    """In this run (a ``BuiltRun``) the loss only ever sees pi/pi_old = 1: one pass and one optimizer step per
+    generation batch, rollouts from the policy itself (no lower-precision copy, no vLLM, no peer, no replays)."""
+    train, algo = run.settings.train, run.algorithm
+    return (
+        train.num_iterations == 1
+        and train.minibatches == 1
+        and algo.correction.cfg.rollout_precision is None
+        and algo.correction.peer is None
+        and not run.hardware.use_vllm
+        and algo.offline is None
+    )
+
+
+def clip_gradient(x: LossInputs, epsilon: float = GRPO_EPSILON) -> torch.Tensor:
+    """[B, T] the gradient of GRPO's clipped surrogate ``-min(r A, clip(r, 1 - eps, 1 + eps) A)`` with respect to
+    log pi of each token: ``-A r`` where the clip leaves the token, 0 where it holds it (A > 0 and r > 1 + eps,
+    or A < 0 and r < 1 - eps). From tensors the loss already has: no forward pass."""
+    with torch.no_grad():
+        ratio = torch.exp(x.logps - x.old_logps)
+        advantages = x.advantages if x.advantages.dim() == 2 else x.advantages.unsqueeze(1)
+        held = ((advantages > 0) & (ratio > 1 + epsilon)) | ((advantages < 0) & (ratio < 1 - epsilon))
+        return torch.where(held, torch.zeros_like(ratio), -advantages * ratio)
 
 
 LOSSES: Registry[PolicyLoss] = Registry("loss", PolicyLoss)

@@ -124,6 +124,11 @@ class Clip(PolicyLoss):
         loss, metrics = clipped_surrogate(torch.exp(log_ratio), advantages, x.mask, self.cfg)
         return loss, {**metrics, **or_diagnostics(log_ratio, advantages, x.mask, *self.log_margins())}
 
+    def activity(self, x: LossInputs, loss: torch.Tensor) -> float | None:
+        """None at GRPO's settings (0.2/0.2, no dual clip, no cap): it is the no-op, and the share of tokens it clips
+        is ``clip_ratio/region_mean``; other settings (clip_higher, dual clip, a cap) report the base's figure."""
+        return None if self.cfg == self.Config() else super().activity(x, loss)
+
     def log_margins(self) -> tuple[float, float]:
         """The clip range in log-ratio space: (log(1 + eps_high), -log(1 - eps_low))."""
         eps_low = self.cfg.epsilon_low

@@ -38,6 +38,7 @@ from typing import Any, ClassVar, Literal
 
 import torch
 
+from rlpost.core.activity import changed, share
 from rlpost.core.component import Component
 from rlpost.core.registry import Registry
 from rlpost.losses.base import LossInputs
@@ -212,7 +213,7 @@ def with_user_text(prompt: Any, text: str) -> Any:
 class RolloutStrategy(Component):
     """Produces the B rows of a generation batch (each prompt's group of G) from the prompts [B].
 
-    Optional members: ``adjust_rewards`` and ``loss_term`` (below); ``check_run``, ``describe``, ...:
+    Optional members: ``adjust_rewards``, ``loss_term`` and ``activity`` (below); ``check_run``, ``describe``, ...:
     ``Component``.
     """
 
@@ -240,6 +241,35 @@ class RolloutStrategy(Component):
         """An extra per-token loss term [B, T] on the rows this strategy shaped (RISE-RL's auxiliary objective on
         its guided rollouts), added before the run's aggregation, and metrics. Default: none."""
         return None, {}
+
+    def activity(self, kinds: list[str], before: torch.Tensor, after: torch.Tensor) -> float | None:
+        """``active/rollout/<name>`` of one training batch (rlpost/core/activity.py). The no-op is plain sampling:
+        the figure is the share of rows [N] whose kind is not ``natural`` (rows this strategy produced or rewrote)
+        or whose reward ``adjust_rewards`` changed (``before`` -> ``after``, [N], or [N, R] per reward term before
+        a combine that returns advantages; a row set to NaN, leaving its group, counts as changed)."""
+        rows = changed(after, before)
+        if rows.dim() == 2:
+            rows = rows.any(dim=1)
+        produced = torch.tensor([kind != NATURAL for kind in kinds], dtype=torch.bool, device=rows.device)
+        return share(produced | rows)
+
+    def baseline_rows(self, num_generations: int) -> int:
+        """Of each group of G rows, how many plain samples always stay in the group's baseline; rows the strategy
+        produces and takes out of the group (NaN reward: rubric_guidance's kept privileged rows, hindsight_critique's
+        retries) do not. Default: every row."""
+        return num_generations
+
+    def config_warnings(self, run: Any) -> list[str]:
+        """A group left with fewer than 2 plain samples (``baseline_rows``) has no baseline: their advantage is 0."""
+        g = run.settings.train.num_generations
+        n = self.baseline_rows(g)
+        if n >= 2:
+            return []
+        return [
+            f"algorithm/rollout={self.registry_name} takes rows out of each group of train.num_generations={g}, "
+            f"leaving {n} plain sample(s) for the group's baseline: a group needs 2 to compare, so the natural rows "
+            "get advantage 0. Raise train.num_generations."
+        ]
 
 
 ROLLOUTS: Registry[RolloutStrategy] = Registry("rollout", RolloutStrategy)

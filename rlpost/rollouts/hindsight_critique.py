@@ -125,6 +125,10 @@ class HindsightCritique(ConditionedRollout):
         self.teacher_prompts: dict[int, list[int]] = {}  # retry row -> the prompt ids of c it was sampled under
         self.reward_func: Any = None  # the run's correctness term (rlpost/scoring/correctness.py), set by check_run
 
+    def baseline_rows(self, num_generations: int) -> int:
+        """The last ``refine_per_group`` rows of a group may leave it (NaN): the first G - k stay."""
+        return num_generations - self.cfg.refine_per_group
+
     def check_run(self, run: Any) -> None:
         super().check_run(run)
         if run.correct is None:

@@ -122,6 +122,10 @@ class InterventionBandit(RolloutStrategy):
         self._reward: Any = None  # the run's RewardParts, set by check_run
         self.last: list[dict[str, Any]] = []  # per group of the last batch: arm, would-be arm, context, prompt
 
+    def baseline_rows(self, num_generations: int) -> int:
+        """The ``probe`` rows: the ``none`` arm's slots leave the group (NaN)."""
+        return self.cfg.probe
+
     def check_run(self, run: Any) -> None:
         g = run.settings.train.num_generations
         if self.cfg.probe >= g:

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+import torch
+
 from rlpost.rollouts.base import ROLLOUTS, RolloutContext, Rollouts, RolloutStrategy
 
 
@@ -17,3 +19,7 @@ class PlainRollout(RolloutStrategy):
 
     def generate(self, prompts: list, ctx: RolloutContext) -> Rollouts:
         return ctx.generate(prompts)
+
+    def activity(self, kinds: list[str], before: torch.Tensor, after: torch.Tensor) -> float | None:
+        """None: plain sampling is the no-op itself."""
+        return None

@@ -118,6 +118,10 @@ class RubricGuidance(ConditionedRollout):
         self.low_streak = 0  # batches in a row with the average below fade_below
         self.aux_on = True  # the auxiliary objective and its privileged rollouts (off for good once faded)
 
+    def baseline_rows(self, num_generations: int) -> int:
+        """The last ``refine_per_group`` rows of a group may leave it (NaN): the first G - k stay."""
+        return num_generations - self.cfg.refine_per_group
+
     def _criteria(self, row: dict) -> list:
         col = self.rubric.cfg.rubric_column
         return self.rubric.rubric_for(row.get(col) if col else None)

@@ -20,7 +20,7 @@ Choices where the integrations leave room:
   user's name.
 - **trackio's folder.** trackio reads TRACKIO_DIR once, when it is first imported (TRL imports it with its
   trainer), and its modules keep that path: ``_point_trackio_at`` repoints them for each run, so every job
-  of a sweep writes into its own run directory (tests/trainer/test_trackers.py reads the database there).
+  of a sweep writes into its own run directory (tests/trainer/test_trackers_trainer.py reads the database there).
 - **Keys.** MLflow gets metrics.jsonl's keys at the optimizer step (its callback already logs them so; MLflow
   replaces characters it does not accept, e.g. ``@``, with ``_``). trackio gets them the same way
   (``TrackioMetrics``): transformers' own callback would prefix ``train/`` and let trackio count its own

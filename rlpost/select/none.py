@@ -21,5 +21,9 @@ class KeepAll(Selector):
     def __call__(self, batch: GroupBatch) -> tuple[torch.Tensor, dict[str, float]]:
         return torch.ones_like(batch.rewards, dtype=torch.float32), {}
 
+    def activity(self, keep: torch.Tensor) -> float | None:
+        """None: keeping every row is the no-op itself."""
+        return None
+
     def describe(self) -> str:
         return "none: every sampled trajectory is in the update"

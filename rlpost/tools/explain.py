@@ -1,4 +1,6 @@
-"""``rlpost show``: the composed run explained in plain language (batch arithmetic, formulas)."""
+"""``rlpost show``: the composed run explained in plain language (batch arithmetic, formulas), and warnings for
+settings visible from the config alone under which a method cannot act (``BuiltRun.config_warnings``: its activity
+figure, rlpost/core/activity.py, would stay 0 for the whole run)."""
 
 from __future__ import annotations
 
@@ -111,4 +113,8 @@ def explain(run: BuiltRun) -> str:
     if algo.safety.cfg.any:  # the stability kit (rlpost/safety/)
         lines += ["", "Safety:", *(f"  {line}" for line in algo.safety.describe_lines())]
     lines += ["", "Logging:", *describe_trackers(run.settings.logging)]  # logging.trackers (rlpost/runs/trackers.py)
+    warnings = run.config_warnings()  # degenerate settings: a method that cannot act (issue 48)
+    if warnings:
+        lines += ["", "Warnings (a method that cannot act in this run; its active/* figure would stay 0):"]
+        lines += [f"  ! {line}" for line in warnings]
     return "\n".join(lines)

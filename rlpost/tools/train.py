@@ -98,6 +98,7 @@ def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
     """One Hydra job: train the validated run, print its summary; returns the search objective."""
     from hydra.core.hydra_config import HydraConfig
 
+    from rlpost.analysis.inert import inert_lines
     from rlpost.evaluation.objective import objective_value
     from rlpost.launch.sweep_resume import skip_finished_job
     from rlpost.train import train
@@ -119,6 +120,8 @@ def run(built, cfg: Any, output_dir: str, overrides: list[str]) -> float | None:
         if key in after:
             print(f"  {key:<18} {before.get(key, float('nan')):.3f} -> {after[key]:.3f}")
     print(f"  {summary['steps']} steps, {summary['seconds_per_step']:.2f} s/step")
+    for line in inert_lines(summary.get("inert") or []):  # components whose activity figure stayed 0 (issue 48)
+        print(f"  {line}")
     return objective_value(summary, built.settings.eval.objective)  # auto resolved; a ConfigError exits with code 2
 
 

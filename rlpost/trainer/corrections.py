@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import torch
 
+from rlpost.core.activity import put_figure
 from rlpost.corrections.base import CorrectionInputs, masked_mean
 from rlpost.losses.base import IS_WEIGHT
 from rlpost.trainer.rollout_engine import RolloutEngine
@@ -50,6 +51,8 @@ def correction_weights(
         return None
     weights, correction_metrics = correction(x)
     metrics.update({f"correction/{k}": v for k, v in correction_metrics.items()})
+    if x.training:  # active/correction/<name> (rlpost/core/activity.py), logged as is
+        put_figure(metrics, "correction", correction.registry_name, correction.activity(x, weights))
     return weights.detach()
 
 

@@ -11,6 +11,9 @@ branches are never reached. The micro-batch is held in ``self.loss_pass`` (rlpos
 Stage 6 ``_clip_grad_norm``: the ``grad`` transform runs on the accumulated gradients just before
 clipping (a callback's ``on_pre_optimizer_step`` would run after clipping, so the logged and clipped
 norm would not be the norm of the gradient actually applied).
+Activity figures (rlpost/core/activity.py), training only: ``active/loss/<name>`` and
+``active/regularizer/<name>`` per micro-batch (averaged over the step like every loss metric, gathered over
+processes), ``active/grad/<name>`` per optimizer step, each computed by its kind's base from what is there.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
 """
@@ -21,6 +24,7 @@ from dataclasses import replace
 
 import torch
 
+from rlpost.core.activity import key, put_figure
 from rlpost.losses.aggregation import aggregate
 from rlpost.losses.base import IS_WEIGHT, KEEP, NUM_TOKENS, LossContext, LossInputs, undeclared_keys
 from rlpost.trainer.batch import LossPass
@@ -70,13 +74,16 @@ class LossSeams(SeamBase):
         )
         x = self.safety.on_loss_inputs(x, mode)  # importance-ratio guard; KL for the rollback rule
         per_token, metrics = algo.loss(x)
+        if mode == "train":  # before the correction's weights: the loss component's own output
+            put_figure(metrics, "loss", algo.loss.registry_name, algo.loss.activity(x, per_token))
         # vLLM rollouts (TRL's truncated IS) and REGEN's replays; a loss that folds it in (VESPO) reads it itself
         if "importance_sampling_ratio" in inputs and not algo.loss.folds_importance_ratio:
             per_token = per_token * inputs["importance_sampling_ratio"]
         if IS_WEIGHT in inputs:  # algorithm.correction: weights vs the rollout (behaviour) policy
             per_token = per_token * inputs[IS_WEIGHT]
-        for _, regularizer in algo.regularizers:  # token selections of the policy loss (top_entropy), never the KL
-            selected = regularizer.policy_mask(x)
+        selections = {}  # each regularizer's own selection, for its activity figure
+        for name, regularizer in algo.regularizers:  # token selections of the policy loss (top_entropy), never the KL
+            selected = selections[name] = regularizer.policy_mask(x)
             if selected is not None:
                 selected = selected.to(per_token.dtype)
                 x = replace(x, policy_mask=selected if x.policy_mask is None else x.policy_mask * selected)
@@ -85,6 +92,8 @@ class LossSeams(SeamBase):
         reduced = per_token.new_zeros(())  # regularizer terms already reduced to a scalar (TRL's entropy bonus)
         for name, regularizer in algo.regularizers:  # KL in the loss first, when it is on (build.py)
             term, reg_metrics = regularizer(x)
+            if mode == "train":
+                put_figure(metrics, "regularizer", name, regularizer.activity(x, term, selections[name]))
             if term.dim() == 0:
                 reduced = reduced + term
             else:
@@ -139,8 +148,11 @@ class LossSeams(SeamBase):
         return 0.0
 
     def _clip_grad_norm(self, model):
-        for _, transform in self.run.algorithm.grad:  # in the order listed: each sees the previous one's gradient
+        for name, transform in self.run.algorithm.grad:  # in the order listed: each sees the previous one's gradient
             named = [(n, p) for n, p in model.named_parameters() if p.requires_grad and p.grad is not None]
-            for name, value in transform(named, self.state.global_step).items():
-                self._metrics["train"][f"grad/{name}"].append(value)
+            metrics, figure = transform.apply(named, self.state.global_step)  # and its activity figure
+            for metric, value in metrics.items():
+                self._metrics["train"][f"grad/{metric}"].append(value)
+            if figure is not None:
+                self._metrics["train"][key("grad", name)].append(figure)
         return super()._clip_grad_norm(model)

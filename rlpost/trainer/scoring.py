@@ -18,7 +18,7 @@ from accelerate.utils import gather_object
 
 from rlpost.core.component import ScoringInputs
 from rlpost.losses.base import KEEP, NUM_TOKENS, REWARDS
-from rlpost.pipeline import UNPREFIXED_METRICS, PipelineInputs, run_pipeline
+from rlpost.pipeline import PipelineInputs, run_pipeline, unprefixed
 from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.seam_base import SeamBase
 
@@ -93,7 +93,7 @@ class ScoringSeams(SeamBase):
         # cumulative, like TRL's num_tokens: the x axis of compute-matched comparisons (rlpost/models/flops.py)
         self._metrics[mode]["train_flops"] = [self.state.num_input_tokens_seen * self.flops_per_token]
         for name, value in result.metrics.items():
-            self._metrics[mode][name if name in UNPREFIXED_METRICS else f"rlpost/{name}"].append(value)
+            self._metrics[mode][name if unprefixed(name) else f"rlpost/{name}"].append(value)
         if training:
             assert batch.reward_terms is not None  # stage 2 kept it
             terms = batch.reward_terms[local]
