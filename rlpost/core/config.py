@@ -27,6 +27,10 @@ class TrainSettings:
     micro_batch_size: Annotated[int | None, Range(ge=1)] = None
     num_iterations: Annotated[int, Range(ge=1)] = 1
     minibatches: Annotated[int, Range(ge=1, why="optimizer steps per generation batch")] = 1
+    # simulated async RL (rlpost/trainer/staleness.py): each step trains on the batch generated this many steps earlier
+    staleness: Annotated[int, Range(ge=0, why="0 = on-policy")] = 0
+    # what a stale batch's PPO ratio is taken against: the policy that trains it, or the one that generated it
+    staleness_anchor: Literal["current", "behaviour"] = "current"
     max_completion_length: Annotated[int, Range(ge=1)] = 32
     temperature: Annotated[float, Range(gt=0)] = 1.0
     top_p: Annotated[float, Range(gt=0, le=1)] = 1.0

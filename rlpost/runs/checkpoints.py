@@ -162,6 +162,29 @@ def load_generation_buffer(checkpoint: str | os.PathLike, rank: int, device: Any
     return torch.load(path, weights_only=True, map_location=device)
 
 
+STALE_FILE = "rlpost_stale_batches.pt"
+
+
+def save_stale_batches(state: dict[str, Any] | None, folder: str | os.PathLike, rank: int) -> None:
+    """With ``train.staleness = k > 0`` the trainer holds k generated batches not yet trained on
+    (rlpost/trainer/staleness.py); a checkpoint keeps them (``state``: the trainer's ``stale_batches_state()``;
+    None: nothing to keep), so the resumed run trains on the same rollouts with the same behaviour log-probs. One
+    file per process (``rank``: each holds its own slice), written to a temporary name and renamed."""
+    if state is None:
+        return
+    torch_save_atomic(state, Path(folder) / f"{rank}-{STALE_FILE}")
+
+
+def load_stale_batches(checkpoint: str | os.PathLike, rank: int, device: Any) -> dict[str, Any] | None:
+    """What ``save_stale_batches`` wrote for process ``rank`` (on ``device``), or None when it wrote nothing."""
+    import torch
+
+    path = Path(checkpoint) / f"{rank}-{STALE_FILE}"
+    if not path.is_file():
+        return None
+    return torch.load(path, weights_only=True, map_location=device)
+
+
 def torch_save_atomic(obj: Any, path: Path) -> None:
     import torch
 

@@ -7,7 +7,7 @@ The rule, for every file or folder a run writes (the run directory, its checkpoi
    plots/*.png, rollouts/meta.json, checkpoints/final, a checkpoint's weights, optimizer, trainer
    state and rlpost_state.pt, sweep_summary.* and plots/sweep.png. The other ranks skip the write.
 2. **A per-rank path carries the rank in its name**: rollouts/step-N-rankR.parquet, a checkpoint's
-   rng_state_R.pth and R-rlpost_generation_buffer.pt. Each rank writes only its own.
+   rng_state_R.pth, R-rlpost_generation_buffer.pt and R-rlpost_stale_batches.pt. Each rank writes only its own.
 3. **A write whose data is spread over ranks** (a ZeRO-3 model save gathers the shards) is called
    on every rank; the library writes the files on the main process only (rule 1 still holds).
 4. **Nothing is renamed or deleted while another rank may write into it or read it**: all ranks meet

@@ -15,6 +15,7 @@ from rlpost.runs.trackers import describe as describe_trackers
 
 if TYPE_CHECKING:
     from rlpost.core.component import Component
+    from rlpost.core.config import TrainSettings
     from rlpost.corrections.base import Correction
 
 
@@ -22,12 +23,26 @@ def _describe(component: Component) -> str:
     return component.describe()  # a component without its own describe(): its docstring's first line
 
 
-def _rollout_source(correction: Correction) -> str:
+def _rollout_source(correction: Correction, staleness: int) -> str:
     precision, peer = correction.cfg.rollout_precision, correction.peer
     source = f"a {precision} copy of the policy, synced before each generation" if precision else "the policy itself"
     if peer is not None:
         source += f"; {correction.peer_per_group} per group from peer {peer.display_name}"
+    if staleness:
+        source += f"; trained {staleness} step{'s' if staleness > 1 else ''} after generation (train.staleness)"
     return source + " (train-inference mismatch logged as mismatch/*)"
+
+
+def _describe_staleness(train: TrainSettings) -> str:
+    """train.staleness > 0 in one line (rlpost/trainer/staleness.py)."""
+    k, s = train.staleness, "s" if train.staleness > 1 else ""
+    anchor = "the policy that trains it" if train.staleness_anchor == "current" else "the generating policy (mu)"
+    return (
+        f"{k}: step t trains on the batch generated {k} step{s} earlier, by the policy after max(0, t-{k + 1}) "
+        f"updates (lag min({k}, t-1) steps, logged as staleness/lag; {k} batch{'es' if k > 1 else ''} of the initial "
+        f"policy {'are' if k > 1 else 'is'} generated before step 1); its rewards, advantages and behaviour log-probs are those of "
+        f"generation time; PPO ratio against {anchor}"
+    )
 
 
 def explain(run: BuiltRun) -> str:
@@ -46,6 +61,7 @@ def explain(run: BuiltRun) -> str:
         f"  passes over each batch  {train.num_iterations}",
         f"  mini-batches            {train.minibatches} optimizer step(s) per generation batch and pass "
         f"({train.minibatches * p.completions_per_step} completions generated at once)",
+        *([f"  staleness               {_describe_staleness(train)}"] if train.staleness else []),
         f"  rollouts                {type(algo.rollout).registry_name}: {_describe(algo.rollout)}",
         f"  steps                   {train.steps} at learning rate {train.learning_rate:g} ({train.lr_scheduler})",
         *(
@@ -95,7 +111,7 @@ def explain(run: BuiltRun) -> str:
     lines += ["", "Loss per token:", f"  {_describe(algo.loss)}"]
     if algo.correction.registry_name != "none" or algo.correction.cfg.rollout_precision is not None:
         lines.append(f"  x correction {_describe(algo.correction)}")
-        lines.append(f"    rollouts: {_rollout_source(algo.correction)}")
+        lines.append(f"    rollouts: {_rollout_source(algo.correction, train.staleness)}")
     for name, regularizer in algo.regularizers:  # KL in the loss is the first, when it is on
         lines.append(f"  + {_describe(regularizer)}" if name == "kl" else f"  + {name}: {_describe(regularizer)}")
     if algo.offline is not None:  # algorithm=regen: batches from recorded replays

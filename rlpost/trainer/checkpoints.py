@@ -1,8 +1,9 @@
 """Stage 7 of RLPostTrainer (a mixin): what a checkpoint holds and how it is written.
 
 Each checkpoint is written into ``<out>/.tmp-checkpoint-N/checkpoint-N`` (``_get_output_dir`` points
-TRL's own save there), together with the state of stateful components (``rlpost/runs/state.py``) and, with
-``num_iterations > 1``, TRL's buffered generation batch; once every rank is done it is renamed into
+TRL's own save there), together with the state of stateful components (``rlpost/runs/state.py``), with
+``num_iterations > 1`` TRL's buffered generation batch, and with ``train.staleness > 0`` the generated batches not
+yet trained on (staleness.py); once every rank is done it is renamed into
 place (``rlpost/runs/checkpoints.py``), so a resume never sees a half-written checkpoint.
 
 Every ``super()`` here is GRPOTrainer's: the mixin sits between RLPostTrainer and TRL.
@@ -15,7 +16,13 @@ from typing import Any
 
 from transformers.trainer_utils import rotate_checkpoints
 
-from rlpost.runs.checkpoints import CheckpointWriteError, load_generation_buffer, save_generation_buffer
+from rlpost.runs.checkpoints import (
+    CheckpointWriteError,
+    load_generation_buffer,
+    load_stale_batches,
+    save_generation_buffer,
+    save_stale_batches,
+)
 from rlpost.runs.ranks import on_main, write_folder
 from rlpost.runs.state import load_component_state, save_component_state
 from rlpost.trainer.seam_base import SeamBase
@@ -40,6 +47,7 @@ class CheckpointSeams(SeamBase):
             if self.args.should_save:
                 save_component_state(self.run.named_components(), folder)
             save_generation_buffer(self.generation_buffer(), folder, self.accelerator.process_index)  # one per rank
+            save_stale_batches(self.stale_batches_state(), folder, self.accelerator.process_index)  # train.staleness
             return folder
 
         try:
@@ -71,6 +79,9 @@ class CheckpointSeams(SeamBase):
                 state = load_generation_buffer(checkpoint, self.accelerator.process_index, self.accelerator.device)
                 if state is not None:
                     self.restore_generation_buffer(state)
+            if self.stale_batches is not None:  # train.staleness: the batches generated, not yet trained on
+                rank, device = self.accelerator.process_index, self.accelerator.device
+                self.restore_stale_batches(load_stale_batches(checkpoint, rank, device), str(checkpoint))
 
     # TRL's private GRPOTrainer state read and written here (the micro-step counter and the buffered generation
     # batch it indexes): pinned on a real GRPOTrainer by tests/trainer/test_trl_contract.py

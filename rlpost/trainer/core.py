@@ -5,7 +5,8 @@ Stage 1c ``_generate``: the rollout strategy produces the groups (rollouts.py), 
 episodes (``data/env``: TRL's ``rollout_func``, episodes.py); each rollout's true
 length and truncation go into the batch state (pad == EOS on many chat models, so lengths cannot be
 read back from the padded ids). Stage 2 ``_calculate_rewards``: the gathered reward matrix [N, R] is
-kept. Stages 3-7 live in the sibling modules (see rlpost/trainer/__init__.py).
+kept. Stages 3-7 live in the sibling modules (see rlpost/trainer/__init__.py); ``train.staleness`` puts a FIFO
+of generated batches between stage 3 and the loss (staleness.py).
 """
 
 from __future__ import annotations
@@ -33,6 +34,7 @@ from rlpost.trainer.refill import RefillSeams
 from rlpost.trainer.rollout_engine import RolloutEngine
 from rlpost.trainer.rollouts import RolloutSeams
 from rlpost.trainer.scoring import ScoringSeams
+from rlpost.trainer.staleness import StaleBatches, StalenessSeams
 
 logger = logging.getLogger(__name__)
 NO_REWARD_DUMP = "All reward functions returned None"  # TRL's warning that prints each such row whole
@@ -56,7 +58,15 @@ warnings.filterwarnings("ignore", message="You are using 'rollout_func', which i
 
 
 class RLPostTrainer(
-    ScoringSeams, RefillSeams, LossSeams, CorrectionSeams, RolloutSeams, CheckpointSeams, LogProbSeams, GRPOTrainer
+    StalenessSeams,
+    ScoringSeams,
+    RefillSeams,
+    LossSeams,
+    CorrectionSeams,
+    RolloutSeams,
+    CheckpointSeams,
+    LogProbSeams,
+    GRPOTrainer,
 ):
     """GRPOTrainer whose advantages and loss come from rlpost components (rlpost/trainer/__init__.py)."""
 
@@ -74,6 +84,8 @@ class RLPostTrainer(
         self.sample_sink = sample_sink
         self.replay = replay  # logging.replay: rollouts + behaviour log-probs as parquet (rlpost/runs/replay.py)
         self.batch: GenerationBatch | None = None  # the generation batch in flight (rlpost/trainer/batch.py)
+        staleness = run.settings.train.staleness  # train.staleness: batches generated, not yet trained (staleness.py)
+        self.stale_batches = StaleBatches(staleness) if staleness > 0 else None
         if run.env is not None:  # data/env: episodes through TRL's rollout_func seam (rlpost/trainer/episodes.py)
             kwargs["rollout_func"] = EpisodeRollouts(run.env)
         super().__init__(*args, reward_funcs=guard_rewards(run.reward.funcs, run.reward.failure), **kwargs)

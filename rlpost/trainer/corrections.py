@@ -7,7 +7,9 @@ only those (``CorrectionInputs``), never the trainer. Behaviour log-probs come f
 engine (a lower-precision copy or a peer model, rollout_engine.py) or from vLLM's sampler (TRL's
 ``sampling_per_token_logps``); the train log-probs are the trainer's own at generation time (TRL's
 ``old_per_token_logps`` when it computed them, else one no-grad forward). Everything is gathered
-over processes, so batch statistics and controller states agree on every rank.
+over processes, so batch statistics and controller states agree on every rank. With ``train.staleness > 0``
+the behaviour log-probs are kept with the batch when it is generated and the weights computed when it is trained,
+against the trainer's log-probs of then (rlpost/trainer/staleness.py).
 """
 
 from __future__ import annotations
@@ -66,6 +68,14 @@ class CorrectionSeams(SeamBase):
         if engine is None and sampling is None and correction.registry_name == "none":
             return {}
         train = self._policy_logps(output)
+        behaviour, peer = self._behaviour_logps(output, train)
+        measured = (engine is not None and engine.copy is not None) or sampling is not None
+        return self._weights_against(output, train, behaviour, peer, advantages, measured, metrics)
+
+    def _behaviour_logps(self, output: dict, train: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """The behaviour log-probs [B, T] of the sampled tokens (the rollout engine's copy or peer, vLLM's sampler,
+        else ``train``: the policy sampled them itself) and [B] bool: the rows a peer model sampled."""
+        engine, sampling = self._rollout_engine, output.get("sampling_per_token_logps")
         peer = torch.zeros(train.size(0), dtype=torch.bool, device=train.device)
         if engine is not None:
             behaviour = engine.behaviour_logps(self, output, train)
@@ -74,6 +84,20 @@ class CorrectionSeams(SeamBase):
             behaviour = torch.where(torch.isnan(sampling), train, sampling)
         else:
             behaviour = train
+        return behaviour, peer
+
+    def _weights_against(
+        self,
+        output: dict,
+        train: torch.Tensor,
+        behaviour: torch.Tensor,
+        peer: torch.Tensor,
+        advantages: torch.Tensor,
+        measured: bool,
+        metrics: dict[str, float],
+    ) -> dict:
+        """The correction of this process's rows (``train``, ``behaviour`` [B, T], ``peer`` [B]; ``advantages`` [N]
+        or [N, T] gathered) -> ``{WEIGHT_KEY: [B, T] or [B, 1]}`` or {}; the mismatch metrics when ``measured``."""
         x = CorrectionInputs(
             train_logps=self._gather_padded(train.float()),
             behaviour_logps=self._gather_padded(behaviour.float()),
@@ -84,8 +108,7 @@ class CorrectionSeams(SeamBase):
         )
         if x.advantages.size(1) > 1:
             x.advantages = x.advantages[:, : x.mask.size(1)]
-        measured = (engine is not None and engine.copy is not None) or sampling is not None
-        weights = correction_weights(correction, x, measured, metrics)
+        weights = correction_weights(self.run.algorithm.correction, x, measured, metrics)
         if weights is None:
             return {}
         weights = weights[self._process_slice(train.size(0))]

@@ -221,6 +221,14 @@ CASES = [
      ["model.lora.target_modules: 'nonexistent_proj' names no module of tiny-random-llama",
       "Its modules: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj, lm_head (or all-linear)."]),
     ("breaker-share", ["train", "reward.breaker.max_share=1.5"], ["reward.breaker.max_share=1.5 must be in [0, 1]."]),
+    # train.staleness (rlpost/trainer/staleness.py): what cannot be made exact, or whose lag would not be one number
+    ("staleness-num-iterations", ["train", "train.staleness=2", "train.num_iterations=2"],
+     ["train.staleness=2 and train.num_iterations=2 cannot be combined", "set it to 1"]),
+    ("staleness-ppo", ["train", "train.staleness=2", "algorithm=ppo"],
+     ["train.staleness=2 runs with the grpo trainer only; algorithm=ppo uses the ppo trainer"]),
+    ("staleness-anchor-correction", ["train", "train.staleness=1", "train.staleness_anchor=behaviour",
+                                     "algorithm/correction=tis"],
+     ["algorithm/correction=tis would weigh the same lag a second time", "train.staleness_anchor=current"]),
     # the TRL 1.16 losses (rlpost/losses/{sapo,vespo,luspo,gmpo}.py): their ranges and TRL's own checks
     ("sapo-zero-temperature", ["train", "algorithm=sapo", "algorithm.loss.temperature_neg=0"],
      ["algorithm.loss: temperature_pos and temperature_neg must be > 0", "algorithm.loss.name=sapo"]),

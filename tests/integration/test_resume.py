@@ -2,7 +2,8 @@
 
 - SIGKILL between checkpoints, then ``resume=auto``: step-by-step the same metrics as an
   uninterrupted run of the same seed (to 1e-6 on CPU), which needs the model, optimizer, scheduler,
-  RNG states and data position restored.
+  RNG states and data position restored; with ``train.staleness=2`` also the batches generated and not
+  yet trained on (bit for bit).
 - SIGTERM: a checkpoint is saved at the end of the step, the exit code is 75, and the checkpoint
   loads (as a model, and as a run to continue).
 - A partial checkpoint (a ``.tmp-`` staging folder, a ``checkpoint-N`` without its trainer state)
@@ -31,7 +32,12 @@ ENV_EPISODES = [  # episodes whose start depends on the environment's reset seed
 ]
 
 
-@pytest.mark.parametrize("extra", [[], ENV_EPISODES], ids=["completions", "env-episodes"])
+# train.staleness=2 (rlpost/trainer/staleness.py): checkpoint-2 holds the two batches generated at steps 1 and 2, which
+# steps 3 and 4 train on (with tis weighing the lag); the resumed run must match bit for bit
+STALE = ["train.staleness=2", "algorithm/correction=tis", "algorithm.correction.rollout_precision=null"]
+
+
+@pytest.mark.parametrize("extra", [[], ENV_EPISODES, STALE], ids=["completions", "env-episodes", "staleness"])
 def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path, extra):
     args = ["train.steps=4", "train.save_steps=2", "resume=auto", *extra]
     reference = launch(tmp_path / "a", *args)  # uninterrupted, same seed, in parallel
@@ -45,6 +51,8 @@ def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path,
     killed.send_signal(signal.SIGKILL)
     assert finish(killed)[0] == -signal.SIGKILL
     (run,) = run_dirs(tmp_path / "b")
+    stale = run / "checkpoints" / "checkpoint-2" / "0-rlpost_stale_batches.pt"
+    assert stale.is_file() == (extra == STALE)  # one file per rank, only with train.staleness > 0
     assert not (run / "checkpoints" / "checkpoint-4").exists() and not (run / "summary.json").exists()
     # a save interrupted half-way leaves a staging folder: it must be ignored and cleaned up
     partial = run / "checkpoints" / ".tmp-checkpoint-3" / "checkpoint-3"
@@ -62,7 +70,10 @@ def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path,
     assert code == 0, err[-3000:]
     expected, resumed = metrics(run_dirs(tmp_path / "a")[0]), metrics(run)
     assert [m["step"] for m in resumed] == [1, 2, 3, 4] == [m["step"] for m in expected]
-    assert ("env/turns" in expected[0]) == bool(extra)  # the episodes ran (and their metrics are compared below)
+    assert ("env/turns" in expected[0]) == (extra == ENV_EPISODES)  # the episodes ran (their metrics compared below)
+    if extra == STALE:  # the lag and its correction are among the compared metrics; bit for bit here
+        assert [m["staleness/lag"] for m in expected] == [0, 1, 2, 2] and expected[3]["rlpost/mismatch/kl"] > 0
+        assert [strip(m) for m in resumed] == [strip(m) for m in expected]
     moved = False
     for want, got in zip(expected, resumed):
         keys = {k for k, v in want.items() if isinstance(v, (int, float)) and k not in NOT_COMPARED}
@@ -77,6 +88,10 @@ def test_sigkill_between_checkpoints_then_resume_matches_uninterrupted(tmp_path,
         moved = moved or want["grad_norm"] > 0
     assert moved, "no step had a gradient: the comparison would be vacuous"
     assert expected[2]["loss"] != expected[3]["loss"] or expected[2]["reward"] != expected[3]["reward"]
+
+
+def strip(row: dict) -> dict:
+    return {k: v for k, v in row.items() if k not in NOT_COMPARED}
 
 
 def test_sigterm_saves_a_loadable_checkpoint_and_exits_75(tmp_path):
