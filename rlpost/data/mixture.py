@@ -22,7 +22,8 @@ Choices where the issue left room:
   prompts drawn so far (``f_s * P * (b + 1) - drawn_s``; ties: the source listed first), so over the run each
   source's count stays within one prompt of its share (tests/unit/data/test_mixture.py checks the bound).
 - **Which rows.** Each source is drawn without replacement through a seeded permutation of its rows (run seed,
-  source index, pass over the source), a fresh permutation per pass; the batch's prompts are then shuffled
+  source index, pass over the source), a fresh permutation per pass (arranged so that a batch spanning two passes
+  holds no row twice, while the source has at least twice the rows it gives a batch); the batch's prompts are then shuffled
   (seeded by the batch index), and each is repeated G times in a row, as TRL's RepeatSampler does: a group's
   G completions come from one prompt, so groups never mix sources. The draw of batch b is a function of
   (seed, b) alone.
@@ -61,7 +62,7 @@ logger = logging.getLogger(__name__)
 SOURCE_COLUMN = "rlpost_source"  # each row's source name, in the training and held-out sets of a mixture
 FRACTION_TOLERANCE = 1e-6  # the fractions sum to 1 within this
 # names a source cannot take: its metrics would collide with the run's own (eval/accuracy, eval/env/...)
-RESERVED = ("accuracy", "reward", "mean_length", "num_prompts", "env", "sampled", "mixture")
+RESERVED = ("accuracy", "reward", "mean_length", "num_prompts", "env", "sampled")
 NAME = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.-]*$")
 
 
@@ -269,7 +270,7 @@ class MixtureSampler(Sampler[int]):
         self.shuffle, self.seed, self.start = shuffle, seed, start
         self.batches_per_epoch = max(1, math.ceil(sum(map(len, rows)) / allocation.prompts))
         self._next: int | None = None
-        self._perms: dict[tuple[int, int], list[int]] = {}
+        self._perms: dict[int, dict[int, list[int]]] = {}  # source -> pass -> its order
 
     def batch(self, b: int) -> list[int]:
         """Dataset indices of generation batch ``b``'s P prompts, in the order they are generated."""
@@ -282,14 +283,31 @@ class MixtureSampler(Sampler[int]):
     def _row(self, source: int, k: int) -> int:
         """The k-th draw of ``source``: pass k // n over its rows, a fresh seeded permutation per pass."""
         n = len(self.rows[source])
-        key = (source, k // n)
-        if key not in self._perms:
+        return self.rows[source][self._pass(source, k // n)[k % n]]
+
+    def _pass(self, source: int, p: int) -> list[int]:
+        """Pass ``p`` over a source's n rows: a seeded permutation whose first k rows are none of the previous pass's
+        last k (k: the most prompts the source gives one batch), so a batch that spans two passes holds no row twice
+        (while n >= 2k). Each pass depends on the one before: computed in order from the last one kept."""
+        cache = self._perms.setdefault(source, {})
+        n = len(self.rows[source])
+        k = self.allocation.base[source] + (1 if self.allocation.extra else 0)
+        for q in range(max((q + 1 for q in cache if q < p), default=0), p + 1):
+            if q in cache:
+                continue
             order = list(range(n))
             if self.shuffle:
-                random.Random((self.seed * 1_000_033 + source) * 1_000_037 + key[1]).shuffle(order)
-            self._perms = {k2: v for k2, v in self._perms.items() if k2[0] != source or k2[1] >= key[1] - 1}
-            self._perms[key] = order
-        return self.rows[source][self._perms[key][k % n]]
+                random.Random((self.seed * 1_000_033 + source) * 1_000_037 + q).shuffle(order)
+            if q > 0 and 2 * k <= n:
+                tail = set(cache[q - 1][n - k :])
+                free = (j for j in range(k, n) if order[j] not in tail)
+                for i in range(k):
+                    if order[i] in tail:
+                        j = next(free)
+                        order[i], order[j] = order[j], order[i]
+            cache[q] = order
+            cache.pop(q - 2, None)  # two passes kept: the one in use and the one before
+        return cache[p]
 
     def __iter__(self) -> Iterator[int]:
         if self._next is None:
