@@ -22,8 +22,10 @@ from rlpost.core.errors import ConfigError
 from rlpost.core.registry import Registry
 from rlpost.core.schema import build_config, check_paths, composed_mapping, to_container, unknown_key_message
 from rlpost.corrections.base import CORRECTIONS
+from rlpost.data.mixture import Mixture, Source, SourceNodes, is_mixture, source_nodes
 from rlpost.data.sources import DataConfig, reasoning_gym_tasks
 from rlpost.envs.base import build_env
+from rlpost.envs.sources import SourceEnvironment
 from rlpost.evaluation.objective import resolve_objective
 from rlpost.evaluation.sets import build_eval_sets
 from rlpost.grad.base import GRAD_TRANSFORMS
@@ -44,8 +46,9 @@ from rlpost.safety.config import SafetySettings
 from rlpost.safety.kit import SafetyKit
 from rlpost.scoring.breaker import BreakerSettings
 from rlpost.scoring.columns import expand_columns
-from rlpost.scoring.correctness import find_correctness, verifiable_terms
+from rlpost.scoring.correctness import AUTO, find_correctness, verifiable_terms
 from rlpost.scoring.guard import reward_policies
+from rlpost.scoring.sources import mixture_terms
 from rlpost.scoring.terms import build_reward_terms
 from rlpost.select.base import SELECTORS
 from rlpost.transforms.base import build_transform
@@ -146,7 +149,9 @@ def build_run(cfg: Any) -> BuiltRun:
         raise ConfigError(unknown_key_message("", str(unknown[0]), top_keys))
     settings = build_config(RunSettings, raw, "")
     hardware = build_config(HardwareConfig, groups["hardware"], "hardware")
-    data = build_config(DataConfig, groups["data"], "data")
+    nodes = source_nodes(groups["data"], settings.seed) if is_mixture(groups["data"]) else None
+    # data=mixture: run.data is the first source's (each source's is in run.mixture.sources)
+    data = build_config(DataConfig, *((nodes[0].data, nodes[0].where) if nodes else (groups["data"], "data")))
     run = BuiltRun(
         settings=settings,
         model=build_config(ModelConfig, groups["model"], "model"),
@@ -159,30 +164,83 @@ def build_run(cfg: Any) -> BuiltRun:
     )
     env = build_env(data.env)  # data.env: the episode's environment (None: single-turn completions)
     run.env = env if env.active else None
+    if nodes:
+        build_mixture(run, nodes, groups["reward"])
     build_eval(run)
     check_run(run)
     check_sources(run)
     return run
 
 
+def build_mixture(run: BuiltRun, nodes: list[SourceNodes], reward_node: Mapping[str, Any]) -> None:
+    """``data=mixture`` (rlpost/data/mixture.py): every source built and checked against its own reward and
+    environment; the run's reward becomes every source's terms, each on its own rows (rlpost/scoring/sources.py),
+    combined by the run's ``reward.combine``, and its environment the sources' (rlpost/envs/sources.py)."""
+    sources = []
+    for node in nodes:
+        data = build_config(DataConfig, node.data, node.where)
+        reward = build_reward(node.reward if node.reward is not None else reward_node)
+        reward.combine, reward.breaker = run.reward.combine, run.reward.breaker
+        env = build_env(data.env, f"{node.where}.env")
+        transform = build_transform(data.transform, f"{node.where}.transform")
+        source = Source(node.name, node.fraction, data, transform, env if env.active else None, reward)
+        try:
+            check_source(run, source)
+        except ConfigError as err:
+            raise ConfigError(f"{node.where} ({node.name}): {err}") from None
+        sources.append(source)
+    run.mixture = Mixture(sources)
+    funcs, names, weights, failure = mixture_terms([(s.name, s.env, s.reward) for s in sources])
+    run.reward = replace(run.reward, funcs=funcs, names=names, weights=weights, failure=failure)
+    run.env = SourceEnvironment({s.name: s.env for s in sources}) if any(s.env for s in sources) else None
+
+
+def check_source(run: BuiltRun, source: Source) -> None:
+    """One source against the run seen with its data, environment and reward (its terms' and environment's own
+    checks, the data's task and files, eval.size and eval.samples)."""
+    view = replace(run, data=source.data, data_transform=source.transform, env=source.env, reward=source.reward)
+    if source.data.source == "benchmark":
+        raise ConfigError(f"data={source.data.task} is a test set: evaluate with it (eval.sets), train on other data.")
+    check_sources(view)
+    for component in [*source.reward.funcs, *([source.env] if source.env is not None else [])]:
+        component.check_run(view)  # e.g. the env term without an environment, an environment without the env term
+    ev = run.settings.eval
+    if ev.samples and source.env is not None:
+        raise ConfigError(f"eval.samples={ev.samples}: its episodes are evaluated greedy; set eval.samples=0.")
+    if ev.size > source.data.eval_size and (ev.at_start or ev.at_end or ev.every):
+        raise ConfigError(f"eval.size={ev.size} is larger than its data.eval_size={source.data.eval_size}.")
+    term = ev.correct_term if ev.correct_term in (AUTO, None) or ev.correct_term in source.reward.names else None
+    verifiable = verifiable_terms(source.reward.funcs, source.env)
+    source.correct = find_correctness(verifiable, source.reward.names, term, ev.correct_threshold)
+
+
 def build_eval(run: BuiltRun) -> None:
     """``eval.*``: the correctness criterion behind eval/accuracy, the objective ``auto`` resolves to, and
-    the extra held-out sets (each with its data and reward built, before any model loads)."""
+    the extra held-out sets (each with its data and reward built, before any model loads). A mixture's
+    criteria are its sources' (eval/<source>/accuracy); its pooled eval/accuracy needs one in every source."""
     ev = run.settings.eval
-    verifiable = verifiable_terms(run.reward.funcs, run.env)
-    run.correct = find_correctness(verifiable, run.reward.names, ev.correct_term, ev.correct_threshold)
-    objective = resolve_objective(ev.objective, run.correct, run.reward.names)
+    if run.mixture is not None:
+        if ev.correct_term not in (AUTO, None, *(n for s in run.mixture.sources for n in s.reward.names)):
+            raise ConfigError(f"eval.correct_term={ev.correct_term!r} is a term of no source ({run.reward.names}).")
+        criteria = [s.correct for s in run.mixture.sources]
+        pooled = criteria[0] if None not in criteria else None
+    else:
+        run.correct = pooled = find_correctness(
+            verifiable_terms(run.reward.funcs, run.env), run.reward.names, ev.correct_term, ev.correct_threshold
+        )
+    objective = resolve_objective(ev.objective, pooled, run.reward.names)
     run.settings = replace(run.settings, eval=replace(ev, objective=objective))
     if ev.majority_answer is not None and ev.majority_answer not in ANSWER_CHOICES:
         raise ConfigError(
             f"Invalid eval.majority_answer={ev.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
-    if ev.samples and run.env is not None:
+    if ev.samples and run.env is not None and run.mixture is None:
         raise ConfigError(
             f"eval.samples={ev.samples} samples single-turn completions, but data/env={run.data.env.get('name')} "
             "evaluates whole episodes (greedy); set eval.samples=0."
         )
-    run.eval_sets = build_eval_sets(ev.sets, run.settings.seed, run.reward, build_reward)
+    sources = run.mixture.names if run.mixture is not None else None
+    run.eval_sets = build_eval_sets(ev.sets, run.settings.seed, run.reward, build_reward, sources)
 
 
 def check_refill(run: BuiltRun) -> None:

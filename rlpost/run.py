@@ -117,11 +117,15 @@ class BuiltRun:
     env: Any = None  # data/env: an rlpost.envs.base.Environment (one per episode is made from it); None: no episodes
     correct: Correctness | None = None  # eval/accuracy's criterion (rlpost/scoring/correctness.py); None: no accuracy
     eval_sets: list[Any] = field(default_factory=list)  # eval.sets: rlpost.evaluation.sets.EvalSet, in order
+    # data=mixture: an rlpost.data.mixture.Mixture (its sources; data is then the first source's, env the sources'
+    # rlpost.envs.sources.SourceEnvironment, reward every source's terms on its own rows); None: one data source
+    mixture: Any = None
 
     def named_components(self) -> list[tuple[str, Component]]:
         """Every built component with its config path (state saving, ``requires``, ``check_run``, ``sampler``)."""
         algo = self.algorithm
-        named = [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
+        named: list[tuple[str, Component]] = [("data.mixture", self.mixture)] if self.mixture is not None else []
+        named += [("algorithm.advantage", algo.advantage), ("algorithm.loss", algo.loss)]
         named += [(f"algorithm.regularizers.{name}", reg) for name, reg in algo.regularizers]
         named += [(f"algorithm.grad.{name}", transform) for name, transform in algo.grad]
         named.append(("algorithm.correction", algo.correction))
@@ -198,6 +202,8 @@ class BuiltRun:
             kwargs["deepspeed"] = deepspeed_config(self.hardware)
         if self.fp32_lm_head:  # algorithm.safety.fp32_updates: log-probs and loss in fp32 (rlpost/safety/)
             kwargs["cast_lm_head_to_fp32"] = True
+        if self.mixture is not None:  # its sampler resumes from the batches it counted, not transformers' data skip
+            kwargs["ignore_data_skip"] = True
         if algo.kl.ref_sync_every:  # iterative post-training: the reference follows the policy (rlpost/losses/kl.py)
             kwargs.update(
                 sync_ref_model=True,

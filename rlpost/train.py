@@ -51,7 +51,10 @@ def train(
     any model loads."""
     if run is None:
         run = build_run(cfg)
-    train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
+    if run.mixture is not None:  # data=mixture: every source's rows, labelled by source (rlpost/data/mixture.py)
+        train_set, eval_set = run.mixture.load(run.settings.eval.group_by)
+    else:
+        train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
     _check_columns(run, train_set, eval_set)
     held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)

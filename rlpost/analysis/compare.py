@@ -18,7 +18,8 @@ minus baseline. Its 95% interval:
 
 - *seeds, then prompts* (two-level bootstrap, stats.two_level_bootstrap_ci) where the metric is a mean over
   the held-out prompts of ``eval_items.json`` (``eval/accuracy``: each prompt's ``correct``;
-  ``eval/reward``: its ``reward``), read at the end of the run (``final``) or as after minus before
+  ``eval/reward``: its ``reward``; a data=mixture run's ``eval/<source>/accuracy`` and ``eval/<source>/reward``:
+  the same fields of the items whose ``source`` is that source), read at the end of the run (``final``) or as after minus before
   (``gain``, with ``eval_items_before.json``), and every paired run has the files. Per seed s and
   prompt i scored in both runs, e_si = arm_si - baseline_si (for ``gain``: the arm's after minus before
   minus the baseline's); the effect is mean_s (mean_i e_si), which can differ from the difference of the
@@ -321,16 +322,34 @@ def _item_value(row: dict) -> float | None:
     return None if row.get(key) is None else float(row[key])
 
 
+def item_field(key: str) -> tuple[str, str | None] | None:
+    """The eval_items field of a metric that is a mean over held-out prompts, and the data source whose prompts
+    it covers: ``eval/accuracy`` -> (correct, None); a data=mixture run's ``eval/<source>/accuracy`` -> (correct,
+    <source>) (its items carry their ``source``); None for any other metric."""
+    if key in ITEM_FIELDS:
+        return ITEM_FIELDS[key], None
+    parts = key.split("/")
+    if len(parts) == 3 and parts[0] == "eval" and f"eval/{parts[2]}" in ITEM_FIELDS:
+        return ITEM_FIELDS[f"eval/{parts[2]}"], parts[1]
+    return None
+
+
 def prompt_values(job: Job, spec: MetricSpec) -> dict[int, float] | None:
-    """{prompt index: the run's per-prompt value of ``spec``} (module docstring), or None without the files."""
-    name = ITEM_FIELDS.get(spec.key)
-    if name is None or not spec.per_prompt:
+    """{prompt index: the run's per-prompt value of ``spec``} (module docstring), or None without the files (or,
+    for one source of a mixture, when the items name no such source: an eval set's metric)."""
+    found = item_field(spec.key)
+    if found is None or not spec.per_prompt:
         return None
+    name, source = found
 
     def values(file: str) -> dict[int, float] | None:
         rows = item_rows(job, file)
         if rows is None:
             return None
+        if source is not None:
+            rows = [r for r in rows if r.get("source") == source]
+            if not rows:
+                return None
         return {int(r["index"]): float(r[name]) for r in rows if r.get(name) is not None}
 
     after = values(EVAL_ITEMS)

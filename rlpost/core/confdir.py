@@ -43,3 +43,25 @@ def option_description(group: str, option: str) -> str:
                 continue
             return text.lstrip("#").strip() if text.startswith("#") else ""
     return ""
+
+
+def compose_options(overrides: list[str], where: str) -> dict:
+    """Options of config groups composed as the command line composes them, e.g. ``["+data=gsm_symbolic",
+    "+seed=0"]`` (``${seed}`` resolved), as a plain mapping; inside a Hydra job through the job's own config
+    path (conf/), else through conf/. A Hydra error becomes a ConfigError prefixed with ``where``."""
+    from hydra import compose, initialize_config_dir
+    from hydra.core.global_hydra import GlobalHydra
+    from hydra.errors import HydraException
+    from omegaconf import OmegaConf
+
+    from rlpost.core.errors import ConfigError
+
+    try:
+        if GlobalHydra.instance().is_initialized():  # inside a Hydra job: its config path is conf/
+            cfg = compose(config_name=None, overrides=overrides)
+        else:
+            with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
+                cfg = compose(config_name=None, overrides=overrides)
+    except HydraException as err:
+        raise ConfigError(f"{where}: {err}") from None
+    return OmegaConf.to_container(cfg, resolve=True)

@@ -169,7 +169,7 @@ def run_episodes(
     environment is closed at the end."""
     envs = [env.fresh() for _ in rows]
     try:
-        return _run(env.cfg, envs, rows, seeds, renderer, generate, stop_ids)
+        return _run(envs, rows, seeds, renderer, generate, stop_ids)
     finally:
         for slot in envs:
             try:
@@ -179,7 +179,6 @@ def run_episodes(
 
 
 def _run(
-    cfg: Any,
     envs: list[Environment],
     rows: list[dict[str, Any]],
     seeds: list[int],
@@ -199,7 +198,10 @@ def _run(
             continue
         results.append(EpisodeResult(Episode(renderer.prompt_ids(start, slot.tools())), start))
     running = [i for i, r in enumerate(results) if r.error is None]
-    for turn in range(cfg.max_turns):
+    # each slot's limits: its environment's config, read after reset (a data=mixture run's rows each play their
+    # source's environment, rlpost/envs/sources.py; otherwise every slot has the same)
+    limits = [slot.cfg for slot in envs]
+    for turn in range(max((limits[i].max_turns for i in running), default=0)):
         if not running:
             break
         turns, turn_logprobs = generate(
@@ -208,6 +210,7 @@ def _run(
         still = []
         for k, (i, ids) in enumerate(zip(running, turns)):
             result, episode = results[i], results[i].episode
+            cfg = limits[i]
             budget = cfg.max_total_tokens - episode.total_tokens
             ids = list(ids[: max(budget, 0)])
             if turn_logprobs is not None:  # TRL's tool loop convention: 0.0 on tokens the policy did not sample

@@ -114,7 +114,7 @@ def evaluate(
         metric = f"{prefix}/accuracy" if correct is not None else f"{prefix}/reward"
         result.update(_mean_by(per_row, [r.get(group_by) for r in rows], metric))
     if env is not None:
-        result.update(episode_eval_metrics(episodes, env))
+        result.update(episode_eval_metrics(episodes, env, prefix))
     return result
 
 
@@ -145,15 +145,17 @@ def _number(x: torch.Tensor) -> float | None:
     return None if math.isnan(value) else value
 
 
-def episode_eval_metrics(episodes: list[EpisodeResult], env: Environment | None = None) -> dict[str, float]:
+def episode_eval_metrics(
+    episodes: list[EpisodeResult], env: Environment | None = None, prefix: str = "eval"
+) -> dict[str, float]:
     """Per-episode means of the environment's counts (and its own metrics), the share of episodes that called a
-    tool, and the share of tool calls that were valid (answered with a result, not an error)."""
+    tool, and the share of tool calls that were valid (answered with a result, not an error): ``<prefix>/env/...``."""
     sums = episode_metrics(episodes, env)
     n = max(sums.pop("episodes"), 1.0)
-    out = {f"eval/env/{name}": value / n for name, value in sums.items()}
-    out["eval/env/tool_use"] = sum(r.tool_calls > 0 for r in episodes) / n
+    out = {f"{prefix}/env/{name}": value / n for name, value in sums.items()}
+    out[f"{prefix}/env/tool_use"] = sum(r.tool_calls > 0 for r in episodes) / n
     calls = sums["tool_calls"]
-    out["eval/env/valid_call_rate"] = (calls - sums["tool_errors"]) / calls if calls else 0.0
+    out[f"{prefix}/env/valid_call_rate"] = (calls - sums["tool_errors"]) / calls if calls else 0.0
     return out
 
 

@@ -6,13 +6,23 @@ The run's split: greedy metrics (``eval/accuracy`` with a correctness criterion,
 (rlpost/evaluation/sets.py) the same under ``eval/<set>/`` with its own data, reward, size and sampling.
 Scoring never moves a combine's training state (``RewardParts.held_out``), a failing reward never
 kills the evaluation (rlpost/scoring/guard.py), and ZeRO-3 shards are gathered for ``generate``.
+
+A ``data=mixture`` run (rlpost/data/mixture.py) scores each source's held-out prompts (its first ``eval.size``)
+as the run's split would be scored in a run of that source alone: its own reward terms (combined by the run's
+``reward.combine``), criterion, environment and sampling, under ``eval/<source>/`` (``accuracy``, ``reward``,
+``mean_length``, the terms' means, ``env/...``, ``sampled/...``). The pooled ``eval/reward``, ``eval/accuracy``
+(only when every source has a criterion), ``eval/mean_length`` and ``eval/num_prompts`` are over all sources'
+prompts together, each prompt counting once, as in ``eval_items.json``, whose rows carry their ``source`` and
+one index over all sources (what ``rlpost compare`` pairs).
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, replace
 from typing import Any
 
+from rlpost.data.mixture import SOURCE_COLUMN
 from rlpost.envs.base import held_out_episodes
 from rlpost.evaluation.evaluate import evaluate, evaluate_sampled
 from rlpost.launch.deepspeed import gathered_parameters
@@ -69,7 +79,15 @@ def evaluate_run(
     ]
     result: dict[str, float] = {}
     with gathered_parameters(run.hardware, model):
-        result.update(_score(own, run, model, tokenizer, items))
+        if run.mixture is not None:  # each source's split under eval/<source>/, then the pooled metrics
+            own_splits = [
+                replace(own, rows=[r for r in eval_set if r[SOURCE_COLUMN] == s.name], reward=s.reward,
+                        correct=s.correct, prefix=f"eval/{s.name}", env=s.env)
+                for s in run.mixture.sources
+            ]  # fmt: skip
+            result.update(_score_sources(own_splits, run, model, tokenizer, items))
+        else:
+            result.update(_score(own, run, model, tokenizer, items))
         for split in sets:
             result.update(_score(split, run, model, tokenizer))
     return result
@@ -101,4 +119,28 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
                     show_progress=show, majority_answer=split.majority_answer,
                 )
             )  # fmt: skip
+    return result
+
+
+def _score_sources(splits: list[Split], run: BuiltRun, model, tokenizer, items: list[dict] | None) -> dict[str, float]:
+    """A mixture's sources, each under its own prefix, and the pooled metrics over all their prompts (module
+    docstring); ``items`` receives every source's per-prompt rows with their ``source``, indexed across sources."""
+    result: dict[str, float] = {}
+    pooled: list[dict] = []
+    for split in splits:
+        own: list[dict] = []
+        result.update(_score(split, run, model, tokenizer, own))
+        name = split.prefix.removeprefix("eval/")
+        pooled += [{**item, "index": len(pooled) + k, "source": name} for k, item in enumerate(own)]
+    rewards = [item["reward"] for item in pooled if item["reward"] is not None]
+    result["eval/reward"] = sum(rewards) / len(rewards) if rewards else math.nan
+    if all(split.correct is not None for split in splits):
+        verdicts = [item["correct"] for item in pooled if item.get("correct") is not None]
+        result["eval/accuracy"] = sum(verdicts) / len(verdicts) if verdicts else math.nan
+    counts = [result[f"{split.prefix}/num_prompts"] for split in splits]
+    lengths = [result[f"{split.prefix}/mean_length"] for split in splits]
+    result["eval/mean_length"] = sum(n * m for n, m in zip(counts, lengths)) / max(sum(counts), 1)
+    result["eval/num_prompts"] = sum(counts)
+    if items is not None:
+        items.extend(pooled)
     return result

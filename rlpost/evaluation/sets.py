@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Annotated, Any
 
-from rlpost.core.confdir import CONF_DIR
+from rlpost.core.confdir import CONF_DIR, compose_options, group_options
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config, to_container
 from rlpost.data.sources import DataConfig
@@ -80,18 +80,28 @@ def set_names() -> list[str]:
 
 
 def build_eval_sets(
-    entries: list[Any], seed: int, run_reward: RewardParts, build_reward: Callable[[Any], RewardParts]
+    entries: list[Any],
+    seed: int,
+    run_reward: RewardParts,
+    build_reward: Callable[[Any], RewardParts],
+    sources: list[str] | None = None,
 ) -> list[EvalSet]:
     """``eval.sets`` -> validated sets (ConfigError naming ``eval.sets[i]`` on any problem); ``build_reward``
-    builds a reward node (rlpost/build.py, which calls this)."""
+    builds a reward node (rlpost/build.py, which calls this). ``sources``: a data=mixture run's source names (a set
+    may not take one, their metrics share eval/<name>/, and must name its reward: the run's scores sources' rows)."""
     sets, names = [], set()
     for i, entry in enumerate(to_container(entries) or []):
         where = f"eval.sets[{i}]"
         cfg = build_config(EvalSetConfig, _entry_node(entry, where), where)
         if cfg.name in names:
             raise ConfigError(f"{where}: the set name {cfg.name!r} is used twice; each set needs its own name.")
-        if cfg.name in ("env", "accuracy", "reward", "mean_length") or "/" in cfg.name:
+        if cfg.name in ("env", "accuracy", "reward", "mean_length", *(sources or [])) or "/" in cfg.name:
             raise ConfigError(f"{where}.name={cfg.name!r} would collide with the run's own eval/ metrics.")
+        if sources is not None and cfg.reward is None:
+            raise ConfigError(
+                f"{where}.reward is null (the run's reward), but a data=mixture run's reward scores each source's own "
+                "rows; name the set's reward (a conf/reward/ option)."
+            )
         names.add(cfg.name)
         sets.append(_build_set(cfg, seed, run_reward, build_reward, where))
     return sets
@@ -141,22 +151,9 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
 
 def _compose_options(data: str, reward: str | None, seed: int, where: str) -> dict[str, Any]:
     """The ``data`` (and ``reward``) options as ``data=`` / ``reward=`` compose them, ``${seed}`` resolved."""
-    from hydra import compose, initialize_config_dir
-    from hydra.core.global_hydra import GlobalHydra
-    from hydra.errors import HydraException
-    from omegaconf import OmegaConf
-
     for group, option in (("data", data), ("reward", reward)):
-        options = sorted(p.stem for p in (CONF_DIR / group).glob("*.yaml"))
+        options = group_options(group)
         if option is not None and option not in options:
             raise ConfigError(f"{where}.{group}={option!r} is no {group} option; valid: {', '.join(options)}.")
     overrides = [f"+data={data}", f"+seed={seed}", *([f"+reward={reward}"] if reward is not None else [])]
-    try:
-        if GlobalHydra.instance().is_initialized():  # inside a Hydra job: its config path is conf/
-            cfg = compose(config_name=None, overrides=overrides)
-        else:
-            with initialize_config_dir(config_dir=str(CONF_DIR), version_base=None):
-                cfg = compose(config_name=None, overrides=overrides)
-    except HydraException as err:
-        raise ConfigError(f"{where}: {err}") from None
-    return OmegaConf.to_container(cfg, resolve=True)
+    return compose_options(overrides, where)

@@ -8,6 +8,9 @@ rlpost/analysis/reductions.py, the statistics rlpost/analysis/stats.py).
     rlpost compare 'runs=[runs/or,runs/grpo]' baseline=runs/grpo 'metrics=[eval/accuracy:gain,reward:last:5]' \
         'expect=[higher,not_higher]' margin=0.05 expect_sd=lower
 
+Without ``metrics=``, the comparison of data=mixture runs (rlpost/data/mixture.py) also reports each source's
+``eval/<source>/accuracy`` and ``eval/<source>/reward`` after the pooled ones (``source_metrics``).
+
 Writes ``compare.md``, ``compare.tex``, ``compare.json`` and ``compare.png`` into ``out`` (default: the
 multirun directory, or the first run's parent) and prints the markdown tables.
 """
@@ -124,13 +127,41 @@ def check_metrics(s: CompareSettings) -> list[MetricSpec]:
     return specs
 
 
+def source_metrics(s: CompareSettings, overrides: list[str]) -> list[str]:
+    """``metrics``, and when they were not given (nor ``expect``, ``margin`` or ``expect_sd`` as per-metric lists),
+    after each pooled ``eval/accuracy`` / ``eval/reward`` entry the same metric of every source of the data=mixture
+    runs compared (``eval/<source>/accuracy``, read from each run's config.yaml, in the order the runs list them)."""
+    import yaml
+
+    from rlpost.analysis.compare import find_runs
+
+    given = any(o.lstrip("+").split("=", 1)[0] == "metrics" for o in overrides)
+    if given or any(isinstance(getattr(s, k), list) for k in ("expect", "margin", "expect_sd")):
+        return list(s.metrics)
+    names: list[str] = []
+    for job in find_runs(paths(s)):
+        config = job.path / "config.yaml"
+        data = (yaml.safe_load(config.read_text()) or {}).get("data") or {} if config.is_file() else {}
+        for source in data.get("sources") or [] if isinstance(data, dict) else []:
+            if isinstance(source, dict) and (name := source.get("name") or source.get("data")) not in names:
+                names.append(str(name))
+    out = []
+    for entry in s.metrics:
+        out.append(entry)
+        key, _, reduction = entry.partition(":")
+        if key in ("eval/accuracy", "eval/reward"):
+            out += [f"eval/{n}/{key.removeprefix('eval/')}" + (f":{reduction}" if reduction else "") for n in names]
+    return out
+
+
 def run(s: CompareSettings, output_dir: str, overrides: list[str]) -> int:
     from rlpost.analysis.compare import write_comparison
 
     first = paths(s)[0]
     out = Path(s.out).expanduser() if s.out else first if s.dir else first.parent
+    metrics = source_metrics(s, overrides)
     result = write_comparison(
-        paths(s), list(s.metrics), list(s.curves), s.x_axis, out, s.baseline, s.expect, s.margin, s.expect_sd
+        paths(s), metrics, list(s.curves), s.x_axis, out, s.baseline, s.expect, s.margin, s.expect_sd
     )
     print(result["markdown"])
     written = [out / "compare.md", out / "compare.tex", out / "compare.json"]

@@ -67,7 +67,16 @@ def explain(run: BuiltRun) -> str:
         *(
             [
                 "",
-                f"Episodes (data/env={run.env.registry_name}):",
+                f"Data mixture (data=mixture, {len(run.mixture.sources)} sources; groups never mix sources):",
+                *run.mixture.describe_lines(p.prompts_per_step * train.minibatches),
+            ]
+            if run.mixture is not None
+            else []
+        ),  # fmt: skip
+        *(
+            [
+                "",
+                f"Episodes (data/env={run.env.registry_name or 'of each source'}):",
                 *run.env.episode_lines(
                     train.max_completion_length, run.reward.failure[0].on_failure if run.reward.failure else "skip"
                 ),
@@ -83,6 +92,8 @@ def explain(run: BuiltRun) -> str:
     ]
     for name, weight in zip(reward.names, reward.weights.tolist()):
         lines.append(f"  {weight:g} x {name}")
+    if run.mixture is not None:
+        lines.append("  each <source>/<term> scores its source's rows only (NaN, not applicable, on the others)")
     lines.append(f"  combined by {type(reward.combine).registry_name}")
     if algo.overlong.soft_penalty:
         lines.append(

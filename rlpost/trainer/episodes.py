@@ -26,6 +26,7 @@ import torch
 
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, episode_fields, episode_metrics, run_episodes
+from rlpost.envs.sources import SourceEnvironment
 
 logger = logging.getLogger(__name__)
 LOGGED_METRICS = ("turns", "tool_calls", "tool_errors", "timeouts", "failures", "trained_tokens")
@@ -68,7 +69,13 @@ class EpisodeRollouts:
 
         stop_ids = {*trainer.eos_token_ids, trainer._tokenizer.pad_token_id}
         results = run_episodes(self.env, rows, seeds, renderer, generate, stop_ids)
-        self._log(trainer, results, "train" if training else "eval", self.env)
+        # data=mixture (rlpost/envs/sources.py): env/<name> over the episodes of sources with an environment only
+        played = (
+            [r for r, row in zip(results, rows) if self.env.plays(row)]
+            if isinstance(self.env, SourceEnvironment)
+            else results
+        )
+        self._log(trainer, played, "train" if training else "eval", self.env)
         kept = [r.logprobs for r in results]  # the generator's sampling log-probs (vLLM), else None
         logprobs = None
         if all(lp is not None for lp in kept):

@@ -18,26 +18,12 @@ from rlpost.models.loading import ModelConfig, load_tokenizer
 from rlpost.rewards.env import EnvReward
 from rlpost.scoring.guard import FailurePolicy, guard_rewards
 
+from support.scripted import scripted
+
 
 @pytest.fixture(scope="module")
 def tok():
     return load_tokenizer(ModelConfig(name="tiny-random"))
-
-
-def scripted(tok, turns: list[str]):
-    """A policy that says its scripted turns in order in every episode (each ended by the end-of-turn token);
-    an episode's turn number is the number of assistant headers in its tokens so far, minus one."""
-    header = tok.encode("<|im_start|>assistant\n", add_special_tokens=False)
-
-    def taken(ids: list[int]) -> int:
-        return sum(ids[i : i + len(header)] == header for i in range(len(ids))) - 1
-
-    def generate(prompt_ids, rows):
-        return [
-            tok.encode(turns[taken(ids)], add_special_tokens=False) + [tok.eos_token_id] for ids in prompt_ids
-        ], None
-
-    return generate
 
 
 def calc(**kw):
