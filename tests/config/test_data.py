@@ -36,6 +36,29 @@ def test_reasoning_gym_splits_are_seeded_and_disjoint():
     assert len(set(questions(other_train)) & set(questions(train))) <= 3
 
 
+def test_unanswerable_arithmetic_is_seeded_disjoint_and_its_answers_check():
+    # data=unanswerable_arithmetic (TIAR, RC-GRPO): answerable rows are a op b with the right number; the
+    # unanswerable ones (about unanswerable_share of them, three kinds) have the answer "None"
+    cfg = from_yaml("unanswerable_arithmetic", train_size=200, eval_size=60)
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (200, 60) and not set(questions(train)) & set(questions(evals))
+    assert questions(load_datasets(cfg)[0]) == questions(train)
+    rows = list(train) + list(evals)
+    kinds = {row["kind"] for row in rows}
+    assert kinds == {"answerable", "missing_operand", "undefined_quantity", "division_by_zero"}
+    share = sum(row["unanswerable"] for row in rows) / len(rows)
+    assert 0.3 < share < 0.5  # unanswerable_share 0.4
+    for row in rows:
+        assert row["unanswerable"] == (row["kind"] != "answerable")
+        if row["unanswerable"]:
+            assert row["answer"] == "None"
+            continue
+        a, op, b = re.search(r"(\d+) ([-+*]) (\d+)", row["question"]).groups()
+        assert int(row["answer"]) == {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+    with pytest.raises(ConfigError, match="unanswerable_share"):
+        load_datasets(from_yaml("unanswerable_arithmetic", task_params={"unanswerable_share": 2.0}))
+
+
 def test_eval_is_topped_up_past_train_duplicates():
     # 1-term "Calculate 7." questions: only 11 distinct ones exist, so train covers most of them.
     params = {"min_terms": 1, "max_terms": 1, "min_digits": 1, "max_digits": 1, "allow_parentheses": False}
