@@ -85,8 +85,8 @@ import rlpost.rewards.ifeval  # noqa: F401
 import rlpost.rewards.infill_likelihood  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
-import rlpost.rewards.noisy_rater  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.noisy_rater  # noqa: F401
 import rlpost.rewards.outcome_table  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
 import rlpost.rewards.pared  # noqa: F401

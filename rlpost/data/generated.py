@@ -30,6 +30,12 @@ def _skill_families(seed: int, size: int, **params) -> list[dict]:
     return skill_family_rows(seed, size, **params)
 
 
+def _persona_arithmetic(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.persona_arithmetic import persona_rows
+
+    return persona_rows(seed, size, **params)
+
+
 def _unanswerable_arithmetic(seed: int, size: int, **params) -> list[dict]:
     from rlpost.data.unanswerable_arithmetic import unanswerable_rows
 
@@ -43,4 +49,5 @@ GENERATED: dict[str, tuple[Any, str | None]] = {
     "infill": (_infill, None),
     "skill_families": (_skill_families, None),
     "unanswerable_arithmetic": (_unanswerable_arithmetic, None),
+    "persona_arithmetic": (_persona_arithmetic, None),
 }

@@ -70,6 +70,4 @@ def unanswerable_rows(seed: int, size: int, unanswerable_share: float = 0.4, max
     if not 1 <= max_digits <= 6:
         raise ValueError(f"max_digits must be in 1..6, got {max_digits}")
     rng = random.Random(seed)
-    return [
-        (_unanswerable if rng.random() < unanswerable_share else _answerable)(rng, max_digits) for _ in range(size)
-    ]
+    return [(_unanswerable if rng.random() < unanswerable_share else _answerable)(rng, max_digits) for _ in range(size)]

@@ -51,7 +51,9 @@ def abstention_term(funcs: Sequence[Any]) -> Reward | None:
     return None
 
 
-def abstention_metrics(funcs: Sequence[Any], completions: list, columns: dict[str, list], prefix: str) -> dict[str, float]:
+def abstention_metrics(
+    funcs: Sequence[Any], completions: list, columns: dict[str, list], prefix: str
+) -> dict[str, float]:
     """``<prefix>/abstention/*`` for ``completions`` [N] and the rows' ``columns`` (each [N]); {} without a term
     that declares abstention."""
     term = abstention_term(funcs)

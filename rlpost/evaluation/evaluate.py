@@ -29,8 +29,8 @@ from rich.progress import Progress
 
 from rlpost.core.chat import completion_text
 from rlpost.envs.base import Environment
-from rlpost.evaluation.abstention import abstention_metrics
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+from rlpost.evaluation.abstention import abstention_metrics
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
 from rlpost.rewards.group import extract_answer

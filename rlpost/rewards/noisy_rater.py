@@ -100,16 +100,16 @@ class NoisyRater(Reward):
         """``completions [N]`` and the gold column ``[N]`` -> ratings ``[N]`` in {1..T} (None: no numeric gold)."""
         golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)
         tiers = [self.quality(answer_text(c, self.cfg.strip_think), g) for c, g in zip(completions, golds)]
-        known = [i for i, t in enumerate(tiers) if t is not None]
+        known = {i: float(t) for i, t in enumerate(tiers) if t is not None}
         out: list[float | None] = [None] * len(completions)
         if known:
-            q = torch.tensor([float(tiers[i]) for i in known])  # type: ignore[arg-type]
+            q = torch.tensor(list(known.values()))  # [M] true tiers of the scorable samples
             ratings = torch.stack([self.rate(q) for _ in range(self.cfg.votes)])  # [votes, M]
             for i, s in zip(known, ratings.median(dim=0).values.tolist()):  # the lower median for an even count
                 out[i] = float(s)
         log = kwargs.get("log_metric")
         if callable(log) and known:
-            log("noisy_rater/true_tier_mean", sum(float(tiers[i]) for i in known) / len(known))  # type: ignore[arg-type]
+            log("noisy_rater/true_tier_mean", sum(known.values()) / len(known))
         return out
 
     def state_dict(self) -> dict[str, Any]:

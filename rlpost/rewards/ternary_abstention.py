@@ -43,6 +43,7 @@ def is_true(value: Any) -> bool:
     """A data column's truth value: True, 1, or the text true / yes / y / 1 (any case)."""
     return value is True or (not isinstance(value, bool) and str(value).strip().lower() in TRUE)
 
+
 ABSTAIN = [
     r"\bI (?:do not|don't|dont) know\b",
     r"\bI(?:'m| am) not sure\b",

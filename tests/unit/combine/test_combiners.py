@@ -163,7 +163,9 @@ def test_odrpo_raises_at_run_time_when_every_score_is_below_its_levels():
     # Fails on the old code (it returned all-zero advantages). A term that declares no range (a user's callable)
     # is not checked up front; a batch of [0, 1] scores against levels 1..10 passes no threshold: it raises.
     odrpo = ODRPO(ODRPO.Config(min_score=1, max_score=10))
-    with pytest.raises(ODRPOScoreError, match=r"every scored sample of this batch lies below min_score=1 \(scores 0..0.9"):
+    with pytest.raises(
+        ODRPOScoreError, match=r"every scored sample of this batch lies below min_score=1 \(scores 0..0.9"
+    ):
         odrpo(col(0.0, 0.5, 0.9, NAN), torch.ones(1), 4)
     # one sample at a level: no error, and in_range_frac says how many were on the ladder
     _, m = odrpo(col(0.0, 0.5, 0.9, 1.0), torch.ones(1), 4)

@@ -14,8 +14,8 @@ from rlpost.evaluation.evaluate import _mean_by, evaluate
 from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.rewards.math_answer import MathAnswer
 from rlpost.rewards.ternary_abstention import TernaryAbstention
-from rlpost.scoring.guard import FailurePolicy, GuardedReward
 from rlpost.scoring.correctness import Correctness
+from rlpost.scoring.guard import FailurePolicy, GuardedReward
 from rlpost.train import train
 
 from trainer_utils import HASH_REWARD, TINY, make_run, weighted_sum
