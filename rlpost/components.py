@@ -97,6 +97,7 @@ import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
 import rlpost.rewards.token_f1  # noqa: F401
+import rlpost.rewards.word_recall  # noqa: F401
 
 # rollout strategies
 import rlpost.rollouts.draft_injection  # noqa: F401

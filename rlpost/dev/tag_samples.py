@@ -1,12 +1,14 @@
-"""``python -m rlpost.dev.tag_samples``: sample SmolLM2-135M-Instruct under the tag templates of the CRPO, RDPO and
+"""``python -m rlpost.dev.tag_samples``: sample SmolLM2-135M-Instruct under the templates of the CRPO, RDPO and
 StructPO recipes and write the completions to ``recipes/data/tag_completions.jsonl``.
 
-Those recipes train on a ``<think>/<answer>`` format term next to correctness; the tiny test model never writes a
-tag, so tests/config/test_recipes_tags.py scores these real completions with each recipe's own reward terms to show
-that the format column varies under the recipe's template (it was constant 0 under "Give only the final answer.").
+RDPO and StructPO train on a ``<think>/<answer>`` format term next to correctness, CRPO on a persona-style term
+(word_recall of the character profile); the tiny test model writes neither tags nor words, so
+tests/config/test_recipes_tags.py scores these real completions with each recipe's own reward terms to show that
+the second column varies under the recipe's template (format was constant 0 under "Give only the final answer.").
 Each row: ``recipe`` (crpo, or ``tags`` for rdpo and structpo, which share a template), ``prompt`` (the user
-message exactly as the recipe renders it), the row's ``answer`` (and ``profile`` for crpo) and ``completion``. The
-run is seeded (torch.manual_seed(0)), sampled at the recipes' rollout temperature 1.0, 64 new tokens, on CPU.
+message exactly as the recipe renders it), the row's ``answer`` (and ``profile`` for crpo) and ``completion``.
+Each set is seeded (torch.manual_seed(0) before it), sampled at the recipes' rollout temperature 1.0, 64 new
+tokens, on CPU.
 """
 
 from __future__ import annotations
@@ -25,7 +27,7 @@ def recipe_rows(recipe: str, size: int) -> tuple[str, list[dict]]:
     from rlpost.app import build_run_of, compose
     from rlpost.data.sources import load_datasets
 
-    overrides = [f"recipe={recipe}", f"data.train_size={size}", "data.eval_size=1", "seed=0"]
+    overrides = [f"recipe={recipe}", f"data.train_size={size}", "data.eval_size=1", "eval.size=1", "seed=0"]
     run = build_run_of(compose(overrides), overrides)
     train, _ = load_datasets(run.data)
     return run.data.template, [dict(row) for row in train]
@@ -46,9 +48,9 @@ def main(argv: list[str] | None = None) -> None:
     cfg = ModelConfig(source="smollm2")
     tokenizer, model = load_tokenizer(cfg), load_model(cfg).eval()
     tokenizer.padding_side = "left"
-    torch.manual_seed(0)
     out = []
     for name, recipe in (("crpo", "crpo"), ("tags", "rdpo")):
+        torch.manual_seed(0)
         _, rows = recipe_rows(recipe, args.prompts)
         texts = [tokenizer.apply_chat_template(r["prompt"], tokenize=False, add_generation_prompt=True) for r in rows]
         enc = tokenizer(texts, return_tensors="pt", padding=True, add_special_tokens=False)

@@ -309,7 +309,7 @@ def test_build_reward_terms_errors():
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_conf_files_build(path, tmp_path):
     node = yaml.safe_load(path.read_text())
-    assert set(node) == {"defaults", "terms", "on_failure", "timeout_s"}  # combiner: the sub-group reward/combine
+    assert set(node) == {"defaults", "terms", "on_failure", "timeout_s", "breaker"}  # combiner: the sub-group reward/combine
     for term in node["terms"]:  # ??? is given on the command line; reward_model's is a trained folder
         for key, value in term.get("params", {}).items():
             if value == "???":
@@ -416,3 +416,14 @@ def test_noisy_rater_noise_votes_and_resumable_stream():
     assert rater([""] * 8, [conv("25")] * 8, answer=["19"] * 8) == first
     with pytest.raises(ConfigError, match="increasing"):
         build_config(REWARDS.get("noisy_rater").Config, {"bands": [0.5, 0.1]}, "test")
+
+
+def test_word_recall_by_hand():
+    # profile words of 4+ letters: {pirate, captain, loves, puns, about (a function word: dropped), numbers}
+    # -> W = {pirate, captain, loves, puns, numbers}, 5 words. "Arr, this captain loves NUMBERS: 12" uses
+    # captain, loves, numbers -> 3 / 5; a bare "12" -> 0; a profile without such words -> 0; None -> unscorable
+    recall = make("word_recall")
+    profile = "a pirate captain who loves puns about numbers"
+    texts = [conv("Arr, this captain loves NUMBERS: 12"), conv("12"), conv("the sea"), conv("x")]
+    got = recall([""] * 4, texts, profile=[profile, profile, "a b c", None])
+    assert got == [pytest.approx(0.6), 0.0, 0.0, None] and recall.score_range() == (0.0, 1.0)
