@@ -90,6 +90,7 @@ import rlpost.rewards.infill_likelihood  # noqa: F401
 import rlpost.rewards.length  # noqa: F401
 import rlpost.rewards.majority_vote  # noqa: F401
 import rlpost.rewards.math_answer  # noqa: F401
+import rlpost.rewards.noisy_rater  # noqa: F401
 import rlpost.rewards.outcome_table  # noqa: F401
 import rlpost.rewards.pairwise_preference  # noqa: F401
 import rlpost.rewards.pared  # noqa: F401
@@ -100,6 +101,7 @@ import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
 import rlpost.rewards.token_f1  # noqa: F401
+import rlpost.rewards.word_recall  # noqa: F401
 
 # rollout strategies
 import rlpost.rollouts.draft_injection  # noqa: F401

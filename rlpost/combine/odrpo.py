@@ -24,12 +24,25 @@ Choices where the abstract is silent:
 - The score is one reward term (``term``) or, with ``term: null``, the weighted sum of all terms.
   Scores need not be integers: 1[s >= k] is defined for any real s; below min_score passes nothing,
   above max_score passes every threshold. A NaN score (unscorable) stays NaN.
+- Multi-tier scores come from a term that gives them: ``reward=rubric`` with ``tiers: T`` (the judge's
+  1-10 reply, or the tier of the weighted mean, as an integer 1..T; rlpost/rewards/rubric.py), or any
+  term whose scores are levels (``callable``, a data column of rater scores).
+- Range check, before any model loads: every reward term declares the range its scores lie in
+  (``Reward.score_range``: [0, 1] for judged and verifiable scores, [1, T] for a tiered rubric). The
+  score's range [lo, hi] (the term's, or with ``term: null`` the weighted sum's, each term's range times
+  its weight, with 0 for a skipped term) must contain the levels: ``min_score <= lo`` and
+  ``max_score <= hi``; a threshold k <= lo (always passed) or k > hi (never passed) would be dead, and a
+  [0, 1] judge score against a 1..10 ladder silently gave zero advantages. A term that declares no range
+  (a user's callable) is not checked; at run time a batch in which every scored sample lies below
+  ``min_score`` (no threshold can ever pass) raises ``ODRPOScoreError`` instead of training on zeros.
 - Metrics: ``odrpo/score_mean``, ``odrpo/active_thresholds`` (mean number of thresholds per group
-  whose indicator varies within the group), ``odrpo/unscorable_frac``.
+  whose indicator varies within the group), ``odrpo/in_range_frac`` (scored samples with
+  min_score <= s <= max_score), ``odrpo/unscorable_frac``.
 """
 
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
@@ -38,7 +51,26 @@ import torch
 from rlpost.advantages.base import nan_weighted_sum, term_index
 from rlpost.advantages.group_norm import group_advantage
 from rlpost.combine.base import COMBINERS, Combine
+from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
+
+
+class ODRPOScoreError(RuntimeError):
+    """Every scored sample of a batch lies below ODRPO's min_score: its thresholds see nothing."""
+
+
+def score_range(funcs: list, weights: list[float], index: int | None) -> tuple[float, float] | None:
+    """The range [lo, hi] of ODRPO's score: term ``index``'s declared range, or (``index`` None) the weighted
+    sum's: sum_j min(0, w_j lo_j, w_j hi_j) .. sum_j max(0, w_j lo_j, w_j hi_j) (0: a skipped term). None
+    when a term it reads declares none."""
+    ranges = [f.score_range() for f in funcs]
+    if index is not None:
+        return ranges[index]
+    if any(r is None for r in ranges):
+        return None
+    lo = sum(min(0.0, w * r[0], w * r[1]) for w, r in zip(weights, ranges) if r is not None)
+    hi = sum(max(0.0, w * r[0], w * r[1]) for w, r in zip(weights, ranges) if r is not None)
+    return lo, hi
 
 
 @COMBINERS.register("odrpo")
@@ -75,6 +107,23 @@ class ODRPO(Combine):
 
     def check_run(self, run: Any) -> None:
         self.bind(run.reward.names)
+        self.check_range(score_range(run.reward.funcs, run.reward.weights.tolist(), self.index))
+
+    def check_range(self, declared: tuple[float, float] | None) -> None:
+        """The levels min_score..max_score lie in the score's declared range [lo, hi] (module docstring)."""
+        if declared is None:
+            return
+        c, (lo, hi) = self.cfg, declared
+        what = f"reward term {c.term!r}" if c.term else "the weighted sum of the reward terms"
+        dead = [k for k in self.thresholds() if not lo < k <= hi]
+        if c.min_score > lo or c.max_score > hi or dead:
+            raise ConfigError(
+                f"reward.combine: ODRPO's levels min_score={c.min_score}..max_score={c.max_score} (thresholds "
+                f"{', '.join(map(str, self.thresholds()))}) do not fit {what}, whose scores lie in [{lo:g}, {hi:g}]"
+                + (f": thresholds {', '.join(map(str, dead))} can never vary" if dead else "")
+                + f". Set min_score={math.floor(lo)} and max_score <= {math.floor(hi)}, or give the term integer "
+                "tiers (reward=rubric: reward.terms.0.params.tiers=10 with judge.mode=scale)."
+            )
 
     def score(self, reward_terms: torch.Tensor, weights: torch.Tensor) -> torch.Tensor:
         """reward_terms [N, R], weights [R] -> the discrete score [N]."""
@@ -106,9 +155,19 @@ class ODRPO(Combine):
         if cfg.reduce == "mean":
             total = total / len(self.thresholds())
         total = total.masked_fill(nan, float("nan"))
+        scored = s[~nan]
+        if scored.numel() and bool((scored < cfg.min_score).all()):
+            raise ODRPOScoreError(
+                f"odrpo: every scored sample of this batch lies below min_score={cfg.min_score} (scores "
+                f"{float(scored.min()):g}..{float(scored.max()):g}), so no threshold of {cfg.min_score + 1}.."
+                f"{cfg.max_score} can pass and every advantage is 0; the score is on another scale than the "
+                "levels (a [0, 1] judge against a 1..10 ladder?): give the term tiers or change min/max_score."
+            )
+        inside = ((scored >= cfg.min_score) & (scored <= cfg.max_score)).float()
         metrics = {
-            "odrpo/score_mean": float(torch.nanmean(s)) if (~nan).any() else 0.0,
+            "odrpo/score_mean": float(scored.mean()) if scored.numel() else 0.0,
             "odrpo/active_thresholds": float(active.mean()),
+            "odrpo/in_range_frac": float(inside.mean()) if scored.numel() else 0.0,
             "odrpo/unscorable_frac": float(nan.float().mean()),
         }
         return total, metrics

@@ -30,10 +30,24 @@ def _skill_families(seed: int, size: int, **params) -> list[dict]:
     return skill_family_rows(seed, size, **params)
 
 
+def _persona_arithmetic(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.persona_arithmetic import persona_rows
+
+    return persona_rows(seed, size, **params)
+
+
+def _unanswerable_arithmetic(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.unanswerable_arithmetic import unanswerable_rows
+
+    return unanswerable_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
     "formula_tasks": (_formula_tasks, None),
     "infill": (_infill, None),
     "skill_families": (_skill_families, None),
+    "unanswerable_arithmetic": (_unanswerable_arithmetic, None),
+    "persona_arithmetic": (_persona_arithmetic, None),
 }

@@ -5,7 +5,8 @@ Every term's mean and the reward are reported. The reward is the run's own combi
 ``eval/reward`` is the training reward; a sample that no term could score is left out of its mean, as in
 training. ``eval/accuracy`` is reported only with a correctness criterion (``correct``,
 rlpost/scoring/correctness.py: a verifiable term and its threshold): the share of scored prompts whose
-completion is correct. With ``group_by`` (a dataset column, e.g. AIR's ``variant``) the accuracy (or,
+completion is correct. With a term that scores abstention (``ternary_abstention``), abstention precision,
+recall and F1 (rlpost/evaluation/abstention.py). With ``group_by`` (a dataset column, e.g. AIR's ``variant``) the accuracy (or,
 without a criterion, the reward) is also reported per value of that column.
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports, with a criterion, pass@k with the
@@ -29,6 +30,7 @@ from rich.progress import Progress
 from rlpost.core.chat import completion_text
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
+from rlpost.evaluation.abstention import abstention_metrics
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
 from rlpost.rewards.group import extract_answer
@@ -106,6 +108,7 @@ def evaluate(
         nan = torch.full((len(rows),), float("nan"))
         per_row = torch.where(correct.scored(scores), correct.correct(scores).float(), nan)
     result[f"{prefix}/reward"] = torch.nanmean(rewards).item()
+    result.update(abstention_metrics(reward_funcs, wrapped, columns, prefix))  # a term that scores abstention
     if items is not None:
         items.extend(_item(i, scores[i], rewards[i], correct, wrapped[i]) for i in range(len(rows)))
     result[f"{prefix}/mean_length"] = sum(lengths) / max(len(lengths), 1)

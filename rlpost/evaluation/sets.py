@@ -10,7 +10,8 @@ command line (Hydra's compose API, ``${seed}`` = the run's seed), so a set score
 on that data and reward would score. Every set is validated, and its reward built, before any model
 loads. Each evaluation of the run (``eval.at_start``, every ``eval.every`` steps, ``eval.at_end``)
 scores every set and logs ``eval/<set>/<metric>``: greedy ``accuracy`` (only with a correctness
-criterion, rlpost/scoring/correctness.py), ``reward``, ``mean_length``, and with ``samples: n`` the sampled
+criterion, rlpost/scoring/correctness.py), ``reward``, ``mean_length``, ``abstention/{precision,recall,f1}``
+(with a reward term that scores abstention, rlpost/evaluation/abstention.py), and with ``samples: n`` the sampled
 ``avg@n``, ``pass@k`` and ``maj@k`` (rlpost/evaluation/evaluate.py ``sample_metrics``).
 """
 
@@ -95,7 +96,7 @@ def build_eval_sets(
         cfg = build_config(EvalSetConfig, _entry_node(entry, where), where)
         if cfg.name in names:
             raise ConfigError(f"{where}: the set name {cfg.name!r} is used twice; each set needs its own name.")
-        if cfg.name in ("env", "accuracy", "reward", "mean_length", *(sources or [])) or "/" in cfg.name:
+        if cfg.name in ("env", "accuracy", "reward", "mean_length", "abstention", *(sources or [])) or "/" in cfg.name:
             raise ConfigError(f"{where}.name={cfg.name!r} would collide with the run's own eval/ metrics.")
         if sources is not None and cfg.reward is None:
             raise ConfigError(

@@ -5,8 +5,10 @@ batched, as a yes/no or 1-10 scorer.
   at the last position, ``sigmoid(logit(Yes) - logit(No))`` (base.py). "Yes" and "No" are the
   first tokens of ``tokenizer.encode("Yes")`` / ``("No")`` without special tokens (SmolLM2: 10539
   and 5230, single tokens; the assistant turn starts on a fresh line, so no leading space).
-- ``scale``: greedy generation of ``max_new_tokens`` and the first integer 1..10 of the reply;
-  anything else is a malformed verdict and takes ``on_failure``.
+- ``scale``: generation of ``max_new_tokens`` and the first integer 1..10 of the reply; anything else
+  is a malformed verdict and takes ``on_failure``. Greedy by default; ``temperature > 0`` samples the
+  reply (a stochastic auto-rater, the noisy multi-tier scores ODRPO is for, seed 004 #25): the same
+  prompt may then get another score on each call, so a sampled judge keeps no disk cache.
 
 Choices where nothing dictated one: the model is loaded on first use (building the run loads
 nothing), in eval mode, on ``device`` (``auto``: CUDA when visible, else CPU), with no gradients and
@@ -40,6 +42,7 @@ class LocalJudge(Judge):
         batch_size: Annotated[int, Range(ge=1)] = 8  # judge prompts per forward pass
         sort_by_length: bool = True  # batch prompts of similar length together (less padding), order restored
         max_new_tokens: Annotated[int, Range(ge=1)] = 4  # reply length in scale mode
+        temperature: Annotated[float, Range(ge=0)] = 0.0  # scale mode: 0 = greedy reply, > 0 = sampled (a noisy rater)
         device: Literal["auto", "cpu", "cuda"] = "auto"  # where the judge model runs
         cache: bool = False  # keep scores on disk
         cache_path: str | None = None  # cache folder (null: $RLPOST_CACHE/judge)
@@ -48,6 +51,10 @@ class LocalJudge(Judge):
             check_common(self)
             if self.batch_size < 1 or self.max_new_tokens < 1:
                 raise ValueError("batch_size and max_new_tokens must be >= 1")
+            if self.temperature > 0 and self.mode != "scale":
+                raise ValueError("temperature > 0 samples a scale reply; mode=yes_no reads logits (set mode: scale)")
+            if self.temperature > 0 and self.cache:
+                raise ValueError("a sampled judge (temperature > 0) cannot keep a disk cache: set cache: false")
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
@@ -115,11 +122,12 @@ class LocalJudge(Judge):
                 logits = self._model(**inputs, logits_to_keep=1).logits[:, -1, :].float()
                 margin = logits[:, self.yes_id] - logits[:, self.no_id]  # [b]
                 return torch.sigmoid(margin).tolist()
+            sampling = {"do_sample": True, "temperature": self.cfg.temperature, "top_k": 0, "top_p": 1.0}
             ids = self._model.generate(
                 **inputs,
                 max_new_tokens=self.cfg.max_new_tokens,
-                do_sample=False,
                 pad_token_id=self._tokenizer.pad_token_id,
+                **(sampling if self.cfg.temperature > 0 else {"do_sample": False}),
             )
         replies = self._tokenizer.batch_decode(ids[:, inputs["input_ids"].size(1) :], skip_special_tokens=True)
         scores: list[float | Exception] = []

@@ -20,7 +20,8 @@ Choices where the abstract is silent:
   3 letters), saturating at ``words_for_full``: a profile with more distinct traits to keep is more
   complex. A row missing the column (or with an empty profile) counts as c = 0.5 (the middle).
 - Everything else is ``clip``'s (rlpost/losses/clip.py): TRL's clip metrics, token-level ratio.
-  Logged: ``adaptive_clip/complexity_mean`` and ``adaptive_clip/epsilon_high_mean`` (the batch's mean range).
+  Logged: ``adaptive_clip/complexity_mean``, ``adaptive_clip/epsilon_high_mean`` (the batch's mean range) and
+  ``adaptive_clip/epsilon_high_std`` (its spread over the rows: 0 when every row has the same complexity).
 """
 
 from __future__ import annotations
@@ -101,6 +102,8 @@ class AdaptiveClip(PolicyLoss):
         loss, metrics = clipped_surrogate(torch.exp(x.logps - x.old_logps), as_2d(x.advantages), x.mask, bounds)
         metrics["adaptive_clip/complexity_mean"] = float(complexity.float().mean())
         metrics["adaptive_clip/epsilon_high_mean"] = float(bounds.epsilon_high.mean())
+        spread = bounds.epsilon_high.std(unbiased=False) if bounds.epsilon_high.numel() > 1 else s.new_zeros(())
+        metrics["adaptive_clip/epsilon_high_std"] = float(spread)  # 0: a uniform clip over the batch's rows
         return loss, metrics
 
     def describe(self) -> str:

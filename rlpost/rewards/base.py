@@ -76,6 +76,18 @@ class Reward(Component):
                 found.append((f.name, value))
         return found
 
+    def score_range(self) -> tuple[float, float] | None:
+        """``(lo, hi)``: every score this term gives lies in [lo, hi] (e.g. ``(0, 1)`` for a judged score, ``(1, 10)``
+        for a rubric with ``tiers: 10``); None: not declared. What a combine with fixed score levels (ODRPO's
+        thresholds) is checked against before any model loads."""
+        return None
+
+    def abstention(self, completions: list, **columns: Any) -> list[tuple[bool, bool] | None] | None:
+        """A term that scores abstention (``ternary_abstention``): per sample ``(abstained, should have
+        abstained)`` (None: the row cannot say), what held-out abstention precision / recall / F1 count
+        (rlpost/evaluation/abstention.py); None: this term declares no abstention."""
+        return None
+
     def output_columns(self) -> list[tuple[str, float]] | None:
         """``[(name, weight)]`` when the term scores several reward columns (e.g. a rubric's criteria:
         rlpost/scoring/columns.py makes one TRL reward function of each), else None: one column."""

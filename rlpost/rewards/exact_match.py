@@ -39,6 +39,9 @@ class ExactMatch(Reward):
             text = re.sub(r"\s+", " ", text)
         return text
 
+    def score_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` and the gold column ``[N]`` -> rewards ``[N]`` in {1.0, 0.0, None}."""
         golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)

@@ -63,6 +63,9 @@ class Format(Reward):
             source = sep + sep.join(blocks) + sep
         self.regex = re.compile(source, re.DOTALL)
 
+    def score_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` -> rewards ``[N]`` in {1.0, 0.0} (``partial``: in {0, 1/(T+1), ..., T/(T+1), 1})."""
         check = self.regex.fullmatch if self.cfg.match == "fullmatch" else self.regex.search

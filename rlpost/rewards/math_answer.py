@@ -74,6 +74,9 @@ class MathAnswer(Reward):
         tolerance: Annotated[float, Range(ge=0)] = 1e-9  # relative tolerance of the numeric comparison (last_number)
         timeout_s: Annotated[int, Range(ge=1)] = 5  # math-verify timeout per parse/verify, main thread only
 
+    def score_range(self) -> tuple[float, float]:
+        return (0.0, 1.0)
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """``completions [N]`` and the gold column ``[N]`` -> rewards ``[N]`` in {1.0, 0.0, None}."""
         golds = column(kwargs, self.cfg.column, len(completions), self.registry_name)

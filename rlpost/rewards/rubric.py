@@ -25,6 +25,13 @@ reference (the rubric may then ask for agreement with it). Judge counters are lo
 ``rubric/judge_calls``, ``rubric/judge_failures`` and ``rubric/judge_cache_hits``, and each
 criterion's batch mean as ``rubric/<name>`` (criteria of per-item rubrics are not logged by name).
 
+Tiers (``tiers``, for ODRPO's ordinal thresholds, seed 004 #25): null keeps the score in [0, 1]; an integer
+T maps it to the integer tier ``1 + floor((T - 1) s + 1/2)`` in {1, ..., T} (each column's score with
+``columns=criteria``). With the judge in ``scale`` mode (a 1-10 reply s' gives s = (s' - 1) / 9) and
+``tiers: 10``, a one-criterion rubric returns the judge's own integer s'; several criteria give the tier of
+their weighted mean. The term declares its score range, ``[0, 1]`` or ``[1, T]``, which ODRPO checks
+its thresholds against before any model loads.
+
 Columns (``columns``): ``mean`` gives the one weighted-mean column above. ``criteria`` gives one reward
 column per criterion (rlpost/scoring/columns.py), so that a combiner sees them apart: Focal Reward
 (``reward/combine=focal``, seed 004 #4) re-weights criteria by their saturation, ``decoupled`` can
@@ -41,6 +48,7 @@ from __future__ import annotations
 
 import ast
 import json
+import math
 import os
 import re
 from dataclasses import dataclass, field
@@ -136,6 +144,7 @@ class Rubric(Reward):
         columns: Literal["mean", "criteria"] = "mean"  # one weighted-mean column, or one column per criterion
         # columns=criteria with per-row rubrics: the criterion names the rows use, each with its weight
         criteria: dict[str, Annotated[float, Range(ge=0)]] | None = None
+        tiers: Annotated[int | None, Range(ge=2)] = None  # null: scores in [0, 1]; T: integer tiers 1..T (ODRPO)
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
@@ -179,6 +188,15 @@ class Rubric(Reward):
     def output_columns(self) -> list[tuple[str, float]] | None:
         return self._columns
 
+    def score_range(self) -> tuple[float, float]:
+        return (0.0, 1.0) if self.cfg.tiers is None else (1.0, float(self.cfg.tiers))
+
+    def tier(self, score: float | None) -> float | None:
+        """A score in [0, 1] -> itself, or with ``tiers: T`` the integer tier 1 + floor((T - 1) s + 1/2)."""
+        if score is None or self.cfg.tiers is None:
+            return score
+        return float(1 + math.floor((self.cfg.tiers - 1) * score + 0.5))
+
     def rubric_for(self, value: Any) -> list[Criterion]:
         if value is None or value == "":
             if self.default is None:
@@ -204,12 +222,13 @@ class Rubric(Reward):
         )
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        """``completions [N]`` -> weighted mean judge score ``[N]`` in [0, 1] (None: no criterion judged)."""
+        """``completions [N]`` -> weighted mean judge score ``[N]`` in [0, 1], or its tier in {1..T} with ``tiers``
+        (None: no criterion judged)."""
         means: list[float | None] = []
         for judged in self._judge_rows(prompts, completions, kwargs):
             pairs = [(c.weight, s) for c, s in judged if s is not None]
             weight = sum(w for w, _ in pairs)
-            means.append(sum(w * s for w, s in pairs) / weight if weight > 0 else None)
+            means.append(self.tier(sum(w * s for w, s in pairs) / weight) if weight > 0 else None)
         return means
 
     def column_scores(self, prompts: list, completions: list, **kwargs: Any) -> list[list[float | None]]:
@@ -231,7 +250,7 @@ class Rubric(Reward):
                         f"reward 'rubric': row {i} gives criterion {criterion.name!r} weight {criterion.weight}, "
                         f"but its column has weight {weight} (criteria)"
                     )
-                row[c] = s
+                row[c] = self.tier(s)
             table.append(row)
         return table
 

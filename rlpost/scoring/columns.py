@@ -54,6 +54,9 @@ class RewardColumn(Reward):
     def is_verifiable(self, env: Any = None) -> bool:
         return self.table.reward.is_verifiable(env)
 
+    def score_range(self) -> tuple[float, float] | None:
+        return self.table.reward.score_range()  # each column scores on the term's scale
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         reward = self.table.reward  # the trainer sets these on the functions it holds, the columns
         reward.group_size, reward.learning = self.group_size, self.learning

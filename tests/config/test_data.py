@@ -10,6 +10,7 @@ import yaml
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
+from rlpost.data.mixture import is_mixture, source_nodes
 from rlpost.data.sources import DataConfig, load_datasets
 
 from support.config import from_yaml
@@ -35,6 +36,29 @@ def test_reasoning_gym_splits_are_seeded_and_disjoint():
     # but one item; now only chance repeats remain (~30k distinct questions: a few at most)
     assert len(set(questions(other_eval)) & set(questions(evals))) <= 3
     assert len(set(questions(other_train)) & set(questions(train))) <= 3
+
+
+def test_unanswerable_arithmetic_is_seeded_disjoint_and_its_answers_check():
+    # data=unanswerable_arithmetic (TIAR, RC-GRPO): answerable rows are a op b with the right number; the
+    # unanswerable ones (about unanswerable_share of them, three kinds) have the answer "None"
+    cfg = from_yaml("unanswerable_arithmetic", train_size=200, eval_size=60)
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (200, 60) and not set(questions(train)) & set(questions(evals))
+    assert questions(load_datasets(cfg)[0]) == questions(train)
+    rows = list(train) + list(evals)
+    kinds = {row["kind"] for row in rows}
+    assert kinds == {"answerable", "missing_operand", "undefined_quantity", "division_by_zero"}
+    share = sum(row["unanswerable"] for row in rows) / len(rows)
+    assert 0.3 < share < 0.5  # unanswerable_share 0.4
+    for row in rows:
+        assert row["unanswerable"] == (row["kind"] != "answerable")
+        if row["unanswerable"]:
+            assert row["answer"] == "None"
+            continue
+        a, op, b = re.search(r"(\d+) ([-+*]) (\d+)", row["question"]).groups()
+        assert int(row["answer"]) == {"+": int(a) + int(b), "-": int(a) - int(b), "*": int(a) * int(b)}[op]
+    with pytest.raises(ConfigError, match="unanswerable_share"):
+        load_datasets(from_yaml("unanswerable_arithmetic", task_params={"unanswerable_share": 2.0}))
 
 
 def test_eval_is_topped_up_past_train_duplicates():
@@ -181,9 +205,13 @@ def test_parquet_and_hf_folder_sources(tmp_path):
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.name)
 def test_data_yaml_builds_and_every_key_is_commented(path):
     node = {**yaml.safe_load(path.read_text()), "seed": 0}  # the YAML's seed is ${seed}, the run seed
-    if node["path"] == "???":
-        node["path"] = "/some/file"
-    build_config(DataConfig, node, "data")
+    if is_mixture(node):  # data=mixture: its sources, each composed from its own data option
+        node = yaml.safe_load(path.read_text())  # no seed key of its own: each source takes the run's
+        assert [s.name for s in source_nodes(node, seed=0)] == [s["name"] for s in node["sources"]]
+    else:
+        if node["path"] == "???":
+            node["path"] = "/some/file"
+        build_config(DataConfig, node, "data")
     for line in path.read_text().splitlines():
         if line.strip() and not line.lstrip().startswith("#"):
             assert " # " in line, f"{path.name}: key without a comment: {line!r}"

@@ -41,16 +41,16 @@ INTEGRATION = {
         ["algorithm/advantage=hargo"],  # confidence from the reference model, loaded without a KL term
         ["hargo/discrimination_mean", "hargo/confidence_mean", "hargo/weight_max", "hargo/weight_std"],
     ),
-    # random text is never right: the abstain pattern splits groups into abstain / wrong, and without the
-    # std division (see the two-level test above) the abstention reweighting shows in the advantages
+    # random text is never right: the abstain pattern splits groups into abstain / wrong (confidence 0), where
+    # TIAR's shipped defaults (conf/algorithm/advantage/tiar.yaml, as recipe=tiar uses them) double each
+    # abstention's advantage, which group_norm cannot (test_advantages_seeds.py, the never-correct group)
     "tiar": (
         [
             "reward=ternary_abstention",  # make_run's hash reward replaces the terms: name them again
             "reward.terms=[{name: ternary_abstention, weight: 1.0, params: {abstain_patterns: ['[aeiou][aeiou]']}}]",
             "algorithm/advantage=tiar",
-            "algorithm.advantage.scale=none",
         ],
-        ["tiar/abstain_frac", "tiar/confidence_mean", "tiar/abstain_reward_mean"],
+        ["tiar/abstain_frac", "tiar/confidence_mean", "tiar/abstain_weight_mean", "tiar/abstain_adv_mean"],
     ),
     "routed": (
         [

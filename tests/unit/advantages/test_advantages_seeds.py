@@ -107,6 +107,26 @@ def test_ternary_abstention_reward():
     assert reward([""] * 7, texts, answer=golds) == [1.0, 0.0, -1.0, 0.0, 1.0, -1.0, None]
     exact = TernaryAbstention(TernaryAbstention.Config(match="exact", correct=2.0, wrong=-3.0))
     assert exact(["", ""], [" Paris ", "Lyon"], answer=["paris", "Paris"]) == [2.0, -3.0]
+    assert reward.score_range() == (-1.0, 1.0) and exact.score_range() == (-3.0, 2.0)
+
+
+def test_ternary_abstention_scores_unanswerable_rows_abstaining_as_correct():
+    # Fails on the old reward (a row with no gold was unscorable: None, so abstaining was never rewarded).
+    # unanswerable rows: abstaining is right (+1), any answer wrong (-1), whatever the gold column says;
+    # answerable rows as before. The column's text forms count too ("true", "yes", 1).
+    reward = TernaryAbstention(TernaryAbstention.Config())
+    texts = ["I don't know", "12", "I don't know", "12", "not enough information here", "5"]
+    golds = ["None", "None", "12", "12", None, "None"]
+    flags = [True, True, False, False, "yes", 1]
+    assert reward([""] * 6, texts, answer=golds, unanswerable=flags) == [1.0, -1.0, 0.0, 1.0, 1.0, -1.0]
+    # what abstention F1 counts: (abstained, should have abstained) per sample
+    assert reward.abstention(texts, answer=golds, unanswerable=flags) == [
+        (True, True), (False, True), (True, False), (False, False), (True, True), (False, True),
+    ]  # fmt: skip
+    # a batch without the column: every row answerable (reasoning-gym tasks); unanswerable_column=null ignores it
+    assert reward([""] * 2, ["I don't know", "12"], answer=["12", "12"]) == [0.0, 1.0]
+    ignore = TernaryAbstention(TernaryAbstention.Config(unanswerable_column=None))
+    assert ignore([""], ["I don't know"], answer=["None"], unanswerable=[True]) == [None]
 
 
 def test_ternary_abstention_config_errors():
@@ -118,56 +138,68 @@ def test_ternary_abstention_config_errors():
 
 def bound_tiar(**cfg):
     tiar = TIAR(TIAR.Config(**cfg))
-    tiar.bind(["ternary_abstention"], [TernaryAbstention(TernaryAbstention.Config())], torch.ones(1))
+    tiar.bind(["ternary_abstention"], [TernaryAbstention(TernaryAbstention.Config())])
     return tiar
 
 
-def test_tiar_hand_computed():
-    # Group 1 [1, 0, -1, -1]: 1 correct of 4 -> c = 1/4 -> a = 0.5 + (-0.5 - 0.5) * 0.25 = 0.25,
-    #   r' = [1, 0.25, -1, -1], mean -0.1875, deviations [1.1875, 0.4375, -0.8125, -0.8125],
-    #   unbiased var (1.41016 + 0.19141 + 0.66016 + 0.66016) / 3 = 0.973958, std 0.986893.
-    # Group 2 [0, 0, -1, -1]: c = 0 -> a = 0.5: r' = [0.5, 0.5, -1, -1] (mean -0.25, std sqrt(0.75)).
-    a, m = bound_tiar()(batch([1, 0, -1, -1, 0, 0, -1, -1], 4))
-    s1, s2 = math.sqrt(2.921875 / 3) + 1e-4, math.sqrt(0.75) + 1e-4
-    close(a, [1.1875 / s1, 0.4375 / s1, -0.8125 / s1, -0.8125 / s1, 0.75 / s2, 0.75 / s2, -0.75 / s2, -0.75 / s2])
-    assert m["tiar/abstain_frac"] == pytest.approx(3 / 8)
-    assert m["tiar/confidence_mean"] == pytest.approx(0.125)
-    assert m["tiar/abstain_reward_mean"] == pytest.approx((0.25 + 0.5 + 0.5) / 3)
+S3 = math.sqrt(1 / 3) + 1e-4  # std + eps of a group [0, 0, -1, -1] (unbiased var 1/3)
 
 
-def test_tiar_two_levels_in_a_group_are_an_affine_change_grpo_cannot_see():
-    # Group 2 above has only abstain and wrong: moving the abstain value 0 -> 0.5 is affine within
-    # the group, so its std-normalized advantages equal GRPO's on the raw ternary reward; without the
-    # std division (scale none) they do not: 0.5 + 1 = 1.5 apart instead of 1.
-    # (equal up to TRL's 1e-4 in std + 1e-4: std 0.866 vs 0.577 -> a relative 6e-5 apart)
+def test_tiar_reweights_the_abstentions_of_a_never_correct_group_which_grpo_cannot():
+    # Fails on the old TIAR (it shifted the abstention reward before the std normalisation, an affine change
+    # of a two-level group, so its advantages were GRPO's).
+    # [abstain, abstain, wrong, wrong]: GRPO A = [x, x, -x, -x], x = 0.5 / S3 = 0.865875.
+    # c = 0 correct / 4 = 0 -> d = (0.5 - 0) / 0.5 = 1 -> abstentions A' = x + 1 * 1 * |x| = 2x; wrong rows keep -x.
     b = batch([0, 0, -1, -1], 4)
-    torch.testing.assert_close(bound_tiar()(b)[0], grpo(b), rtol=2e-4, atol=1e-6)
-    close(bound_tiar(scale="none")(b)[0], [0.75, 0.75, -0.75, -0.75])  # r' = [.5, .5, -1, -1] - (-0.25)
+    x = 0.5 / S3
+    close(grpo(b), [x, x, -x, -x])
+    a, m = bound_tiar()(b)
+    close(a, [2 * x, 2 * x, -x, -x])
+    assert m["tiar/abstain_weight_mean"] == pytest.approx(2.0) and m["tiar/confidence_mean"] == 0.0
+    # pivot 0.25: d = 0.25 / max(0.25, 0.75) = 1/3 -> weight 4/3; strength 0.5: weight 1.5; strength 0: GRPO
+    close(bound_tiar(pivot=0.25)(b)[0], [4 / 3 * x, 4 / 3 * x, -x, -x])
+    close(bound_tiar(strength=0.5)(b)[0], [1.5 * x, 1.5 * x, -x, -x])
+    torch.testing.assert_close(bound_tiar(strength=0.0)(b)[0], grpo(b))
 
 
-def test_tiar_answered_accuracy_and_static_ternary():
-    # [1, 0, 0, -1]: correct_frac 1/4 -> a = 0.25; answered_accuracy 1/2 (1 correct of 2 answered) -> a = 0,
-    # which is the static ternary reward: GRPO on the raw values.
-    b = batch([1, 0, 0, -1], 4)
-    torch.testing.assert_close(bound_tiar(confidence="answered_accuracy")(b)[0], grpo(b))
-    torch.testing.assert_close(
-        bound_tiar(unsure=0.0, sure=0.0)(batch([1, 0, -1, -1], 4))[0], grpo(batch([1, 0, -1, -1], 4))
-    )
-    # nothing answered: answered_accuracy c = 0 -> a = 0.5 on every row: all equal, A = 0
+def test_tiar_hand_computed():
+    # Group 1 [1, 1, 1, 0] (sure: c = 3/4, d = (0.5 - 0.75) / 0.5 = -0.5): mean 0.75, deviations
+    #   [.25, .25, .25, -.75], unbiased var 0.75 / 3 = 0.25, std 0.5: A = [.25, .25, .25, -.75] / 0.5001;
+    #   the abstention lost to its group (A < 0) and the policy knows the answer: A' = A + (-0.5)|A| = 1.5 A.
+    # Group 2 [1, 0, -1, -1] (unsure: c = 1/4, d = 0.5): mean -0.25, deviations [1.25, .25, -.75, -.75],
+    #   var 2.75 / 3, std 0.957427: the abstention beat its group (A > 0): A' = A + 0.5 |A| = 1.5 A.
+    a, m = bound_tiar()(batch([1, 1, 1, 0, 1, 0, -1, -1], 4))
+    s1, s2 = 0.5 + 1e-4, math.sqrt(2.75 / 3) + 1e-4
+    close(a, [0.25 / s1, 0.25 / s1, 0.25 / s1, -1.5 * 0.75 / s1, 1.25 / s2, 1.5 * 0.25 / s2, -0.75 / s2, -0.75 / s2])
+    assert m["tiar/abstain_frac"] == pytest.approx(2 / 8)
+    assert m["tiar/confidence_mean"] == pytest.approx(0.5)
+    assert m["tiar/abstain_weight_mean"] == pytest.approx(1.5)
+    assert m["tiar/abstain_adv_mean"] == pytest.approx((-1.125 / s1 + 0.375 / s2) / 2, rel=1e-5)
+    assert m["advantage/abs_mean"] == pytest.approx(a.abs().mean().item())
+
+
+def test_tiar_answered_accuracy_pivot_and_unanswerable_groups():
+    # [1, 0, -1, -1] (group 2 above): correct_frac 1/4 -> d = 0.5 (weight 1.5); answered_accuracy 1/3 (1 correct
+    # of 3 answered) -> d = (0.5 - 1/3) / 0.5 = 1/3: the abstention's A > 0 is weighted 4/3.
+    b = batch([1, 0, -1, -1], 4)
+    s = math.sqrt(2.75 / 3) + 1e-4
+    close(bound_tiar(confidence="answered_accuracy")(b)[0], [1.25 / s, 4 / 3 * 0.25 / s, -0.75 / s, -0.75 / s])
+    # nothing answered: c = 0 by convention, but every row abstains: A = 0 everywhere
     close(bound_tiar(confidence="answered_accuracy")(batch([0, 0], 2))[0], [0.0, 0.0])
+    # an unanswerable group: its abstentions score `correct` (1), answers `wrong`: no abstain value, GRPO
+    u = batch([1, -1, -1, -1], 4)
+    torch.testing.assert_close(bound_tiar()(u)[0], grpo(u))
 
 
-def test_tiar_uses_the_term_weight_on_a_multi_term_reward():
-    # terms [ternary, bonus], weights [2, 1]: r = 2 t + bonus = [2, 0 + 0.3] ; c = 1/2 -> a = 0 -> r' unchanged.
-    # With c = 0 ([0, -1] ternary, bonus [0.3, 0]): a = 0.5, r = [0.3, -2] -> r' = [0.3 + 2 * 0.5, -2] = [1.3, -2].
+def test_tiar_on_a_multi_term_reward_reweights_the_combined_advantage():
+    # terms [ternary, bonus], weights [2, 1]: r = [2 * 0 + 0.3, 2 * -1 + 0] = [0.3, -2]; GRPO A = [y, -y],
+    # y = 1.15 / (std([0.3, -2]) + 1e-4), std = 2.3 / sqrt(2); c = 0 -> the abstention's A doubles.
     tiar = TIAR(TIAR.Config())
-    tiar.bind(
-        ["ternary_abstention", "bonus"], [TernaryAbstention(TernaryAbstention.Config()), None], torch.tensor([2.0, 1.0])
-    )
+    tiar.bind(["ternary_abstention", "bonus"], [TernaryAbstention(TernaryAbstention.Config()), None])
     b = batch([[0, 0.3], [-1, 0]], 2, weights=[2.0, 1.0])
     close(b.rewards, [0.3, -2.0])
-    a, _ = tiar(b)
-    torch.testing.assert_close(a, grpo(batch([1.3, -2.0], 2)))
+    y = 1.15 / (2.3 / math.sqrt(2) + 1e-4)
+    close(tiar(b)[0], [2 * y, -y])
 
 
 def test_tiar_config_errors():

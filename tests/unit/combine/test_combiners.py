@@ -13,9 +13,10 @@ import torch
 
 from rlpost.advantages.group_norm import group_advantage
 from rlpost.combine.decoupled import Decoupled
-from rlpost.combine.odrpo import ODRPO
+from rlpost.combine.odrpo import ODRPO, ODRPOScoreError
 from rlpost.combine.rdpo import RDPO, quantiles
 from rlpost.core.errors import ConfigError
+from rlpost.rewards.rubric import Rubric
 
 EPS = 1e-4
 NAN = float("nan")
@@ -68,6 +69,7 @@ def test_odrpo_unscorable_rows_stay_nan_and_scores_outside_the_range():
     expected = torch.tensor([NAN, (-2 / 3 - 1 / 3) / sd, (1 / 3 + 2 / 3) / sd, (1 / 3 - 1 / 3) / sd])
     torch.testing.assert_close(total, expected, equal_nan=True, rtol=1e-5, atol=1e-6)
     assert m["odrpo/unscorable_frac"] == 0.25
+    assert m["odrpo/in_range_frac"] == pytest.approx(1 / 3)  # of the scored [0, 5, 2], only 2 is in 1..3
 
 
 def test_odrpo_term_binding_and_config_errors():
@@ -80,6 +82,94 @@ def test_odrpo_term_binding_and_config_errors():
     assert total[1] > 0 > total[0]
     with pytest.raises(ValueError, match="max_score=1 must be larger than min_score=1"):
         ODRPO.Config(min_score=1, max_score=1)
+
+
+class RaterStub:
+    """A judge in scale mode that replies with the given 1-10 ratings, in order (one criterion per completion)."""
+
+    mode = "scale"
+
+    def __init__(self, ratings: list[int]):
+        self.ratings, self.stats = ratings, {"calls": 0, "failures": 0, "cache_hits": 0}
+
+    def score(self, prompts: list[str]) -> list[float]:
+        assert len(prompts) == len(self.ratings)
+        return [(r - 1) / 9 for r in self.ratings]  # judges/base.py parse_scale: s' -> (s' - 1) / 9
+
+
+def tiered_rubric(tmp_path, ratings: list[int], tiers: int | None = 10) -> Rubric:
+    path = tmp_path / "quality.yaml"
+    path.write_text("criteria:\n  - {name: quality, text: The response is a correct, clear answer.}\n")
+    rubric = Rubric(Rubric.Config(rubric=str(path), tiers=tiers, judge={"backend": "local", "mode": "scale"}))
+    rubric.judge = RaterStub(ratings)
+    return rubric
+
+
+def test_odrpo_on_1_10_rubric_tiers_by_hand(tmp_path):
+    # Fails on the old code (the rubric had no tiers: its scores were in [0, 1], below every threshold >= 2).
+    # A 1-10 rater gives group 1 the ratings [3, 7, 7, 10] and group 2 [5, 5, 5, 5]; reward=rubric with
+    # tiers: 10 returns them as the integer tiers. ODRPO, min 1, max 10, thresholds k = 2..10:
+    #   group 1: k = 2, 3: b = [1, 1, 1, 1] -> 0.
+    #            k = 4..7 (4 thresholds): b = [0, 1, 1, 1], mean 3/4, std 1/2 -> [-.75, .25, .25, .25] / (.5 + eps)
+    #            k = 8..10 (3 thresholds): b = [0, 0, 0, 1], mean 1/4, std 1/2 -> [-.25, -.25, -.25, .75] / (.5 + eps)
+    #            sum: [4(-.75) + 3(-.25), 4(.25) + 3(-.25), same, 4(.25) + 3(.75)] / (.5 + eps)
+    #               = [-3.75, 0.25, 0.25, 3.25] / 0.5001; 7 thresholds vary.
+    #   group 2: every threshold is passed by all (k <= 5) or none (k > 5): 0, and none varies.
+    ratings = [3, 7, 7, 10, 5, 5, 5, 5]
+    rubric = tiered_rubric(tmp_path, ratings)
+    scores = rubric(["What is 2 + 2?"] * 8, [f"answer {i}" for i in range(8)], answer=["4"] * 8)
+    assert scores == [3.0, 7.0, 7.0, 10.0, 5.0, 5.0, 5.0, 5.0] and rubric.score_range() == (1.0, 10.0)
+    odrpo = ODRPO(ODRPO.Config(term="rubric", min_score=1, max_score=10))
+    odrpo.bind(["rubric"])
+    odrpo.check_range(rubric.score_range())  # the levels fit [1, 10]
+    total, m = odrpo(torch.tensor(scores)[:, None], torch.ones(1), 4)
+    expected = torch.tensor([-3.75, 0.25, 0.25, 3.25, 0, 0, 0, 0]) / (0.5 + EPS)
+    torch.testing.assert_close(total, expected, rtol=1e-5, atol=1e-6)
+    assert m["odrpo/active_thresholds"] == pytest.approx((7 + 0) / 2)
+    assert m["odrpo/in_range_frac"] == 1.0 and m["odrpo/score_mean"] == pytest.approx(47 / 8)
+    # tiers of a mean: 5 tiers, rating 7 -> s = 6/9 -> 1 + floor(4 * 6/9 + 1/2) = 1 + floor(3.1667) = 4
+    assert tiered_rubric(tmp_path, [7, 1, 10], tiers=5)(["q"] * 3, ["a"] * 3, answer=["4"] * 3) == [4.0, 1.0, 5.0]
+    assert tiered_rubric(tmp_path, [7], tiers=None)(["q"], ["a"], answer=["4"]) == [pytest.approx(6 / 9)]
+
+
+def test_odrpo_refuses_thresholds_outside_the_declared_range_before_any_model_loads():
+    # Fails on the old code (no range was checked: a [0, 1] judge against levels 1..10 trained on zeros).
+    from rlpost.app import compose
+    from rlpost.build import build_run
+
+    odrpo = ["reward/combine=odrpo", "reward.combine.term=rubric", "reward.combine.min_score=1",
+             "reward.combine.max_score=10"]  # fmt: skip
+    with pytest.raises(ConfigError, match=r"do not fit reward term 'rubric', whose scores lie in \[0, 1\]: thresholds "
+                       r"2, 3, 4, 5, 6, 7, 8, 9, 10 can never vary"):  # fmt: skip
+        build_run(compose(["reward=rubric", *odrpo]))
+    tiers = ["reward=rubric", "reward.terms.0.params.tiers=10", "reward.terms.0.params.judge.mode=scale"]
+    run = build_run(compose([*tiers, *odrpo]))  # levels 1..10 on tiers 1..10; the judge model is not loaded
+    assert run.reward.funcs[0].judge._model is None
+    with pytest.raises(ConfigError, match=r"whose scores lie in \[1, 10\]: thresholds 1 can never vary"):
+        build_run(compose([*tiers, *odrpo, "reward.combine.min_score=0"]))  # level 0 below the lowest tier
+    with pytest.raises(ConfigError, match=r"scores lie in \[1, 10\]: thresholds 11, 12 can never vary"):
+        build_run(compose([*tiers, *odrpo, "reward.combine.max_score=12"]))
+    # term null: the weighted sum's range, 1 x [0, 1] + 0.1 x [0, 1] = [0, 1.1]: levels 0..1 fit, 0..2 do not
+    build_run(compose(["reward=math_answer_format", "reward/combine=odrpo"]))
+    with pytest.raises(ConfigError, match=r"the weighted sum of the reward terms, whose scores lie in \[0, 1.1\]"):
+        build_run(compose(["reward=math_answer_format", "reward/combine=odrpo", "reward.combine.max_score=2"]))
+    # the ternary reward scores -1: levels from 0 leave -1 and 0 apart unseen; from -1 they fit
+    with pytest.raises(ConfigError, match=r"scores lie in \[-1, 1\]. Set min_score=-1"):
+        build_run(compose(["reward=ternary_abstention", "reward/combine=odrpo"]))
+    build_run(compose(["reward=ternary_abstention", "reward/combine=odrpo", "reward.combine.min_score=-1"]))
+
+
+def test_odrpo_raises_at_run_time_when_every_score_is_below_its_levels():
+    # Fails on the old code (it returned all-zero advantages). A term that declares no range (a user's callable)
+    # is not checked up front; a batch of [0, 1] scores against levels 1..10 passes no threshold: it raises.
+    odrpo = ODRPO(ODRPO.Config(min_score=1, max_score=10))
+    with pytest.raises(
+        ODRPOScoreError, match=r"every scored sample of this batch lies below min_score=1 \(scores 0..0.9"
+    ):
+        odrpo(col(0.0, 0.5, 0.9, NAN), torch.ones(1), 4)
+    # one sample at a level: no error, and in_range_frac says how many were on the ladder
+    _, m = odrpo(col(0.0, 0.5, 0.9, 1.0), torch.ones(1), 4)
+    assert m["odrpo/in_range_frac"] == 0.25 and m["odrpo/active_thresholds"] == 0.0
 
 
 # ---- rdpo --------------------------------------------------------------------------------------------

@@ -1,4 +1,5 @@
-"""Held-out evaluation: per-column accuracy breakdown (eval.group_by) and its up-front column check."""
+"""Held-out evaluation: per-column accuracy breakdown (eval.group_by) and its up-front column check; abstention
+precision, recall and F1 (rlpost/evaluation/abstention.py) by hand and through evaluate()."""
 
 from __future__ import annotations
 
@@ -8,9 +9,13 @@ from datasets import Dataset
 
 from rlpost.app import compose
 from rlpost.core.errors import ConfigError
+from rlpost.evaluation.abstention import abstention_metrics, abstention_scores
 from rlpost.evaluation.evaluate import _mean_by, evaluate
 from rlpost.models.loading import load_model, load_tokenizer
+from rlpost.rewards.math_answer import MathAnswer
+from rlpost.rewards.ternary_abstention import TernaryAbstention
 from rlpost.scoring.correctness import Correctness
+from rlpost.scoring.guard import FailurePolicy, GuardedReward
 from rlpost.train import train
 
 from support.trainer import HASH_REWARD, TINY, make_run, weighted_sum
@@ -98,3 +103,50 @@ def test_evaluate_without_a_criterion_reports_reward_not_accuracy(tmp_path):
     assert result["eval/accuracy"] == 0.5
     assert items[3] == {"index": 3, "reward": 0.75, "score": 0.75, "correct": True, "completion": seen[3]}
     assert items[0]["correct"] is False
+
+
+def test_abstention_precision_recall_f1_by_hand():
+    # abstained [T, T, F, T, F, F], unanswerable [T, F, T, T, F, T]: right abstentions = rows 0 and 3 -> 2;
+    # precision 2 / 3 abstained, recall 2 / 4 unanswerable, F1 = 2 (2/3)(1/2) / (2/3 + 1/2) = (2/3) / (7/6) = 4/7
+    got = abstention_scores([True, True, False, True, False, False], [True, False, True, True, False, True])
+    assert got == pytest.approx({"precision": 2 / 3, "recall": 0.5, "f1": 4 / 7, "rate": 0.5, "unanswerable": 4 / 6})
+    # never abstaining: every ratio with an empty denominator is 0 (zero_division=0), so is F1
+    none = abstention_scores([False, False], [True, False])
+    assert none == {"precision": 0.0, "recall": 0.0, "f1": 0.0, "rate": 0.0, "unanswerable": 0.5}
+    assert abstention_scores([True, True], [True, True])["f1"] == 1.0
+
+
+def test_abstention_metrics_come_from_the_term_that_declares_abstention():
+    # the ternary term (guarded, as the trainer and held-out evaluation hold it) declares abstention; a term
+    # that does not (math_answer) adds nothing. completions: abstain on unanswerable (hit), answer on
+    # unanswerable (miss), abstain on answerable (false alarm), answer on answerable -> P 1/2, R 1/2, F1 1/2
+    ternary = GuardedReward(TernaryAbstention(TernaryAbstention.Config()), FailurePolicy())
+    texts = ["I don't know", "7", "I don't know", "12"]
+    columns = {"answer": ["None", "None", "12", "12"], "unanswerable": [True, True, False, False]}
+    got = abstention_metrics([MathAnswer(MathAnswer.Config()), ternary], texts, columns, "eval/set")
+    assert got == pytest.approx(
+        {f"eval/set/abstention/{k}": v for k, v in {"precision": 0.5, "recall": 0.5, "f1": 0.5, "rate": 0.5,
+                                                    "unanswerable": 0.5}.items()}
+    )  # fmt: skip
+    assert abstention_metrics([MathAnswer(MathAnswer.Config())], texts, columns, "eval") == {}
+
+
+def test_evaluate_reports_abstention_f1_with_a_real_model():
+    # the tiny model's random text abstains where the pattern (a double vowel) happens to match: evaluate()
+    # must report the F1 of exactly the completions it scored (its items), against the rows' column
+    run = make_run([])
+    model, tokenizer = load_model(run.model), load_tokenizer(run.model)
+    flags = [True, False, True, False, True, True]
+    rows = Dataset.from_list(
+        [{"prompt": f"Say {i}", "answer": "None" if u else "3", "unanswerable": u} for i, u in enumerate(flags)]
+    )
+    reward = TernaryAbstention(TernaryAbstention.Config(abstain_patterns=["[aeiou][aeiou]", "[a-z]{4}"]))
+    items: list[dict] = []
+    result = evaluate(
+        model, tokenizer, rows, [reward], ["ternary_abstention"], weighted_sum([1.0]), max_new_tokens=6,
+        show_progress=False, items=items,
+    )  # fmt: skip
+    abstained = [reward.abstains(item["completion"]) for item in items]
+    expected = abstention_scores(abstained, flags)
+    assert {k: result[f"eval/abstention/{k}"] for k in expected} == pytest.approx(expected)
+    assert result["eval/abstention/unanswerable"] == pytest.approx(4 / 6)

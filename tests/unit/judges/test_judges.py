@@ -210,6 +210,26 @@ def test_local_judge_batched_equals_one_by_one():
     assert (judge.yes_id, judge.no_id) == (10539, 5230)  # SmolLM2's "Yes" and "No"
 
 
+def test_local_scale_judge_samples_with_a_temperature_and_is_greedy_without():
+    """temperature > 0 samples the 1-10 reply (a noisy rater for ODRPO): two calls on the same prompts give other
+    replies; temperature 0 is greedy and repeats itself. The tiny random model's replies are not numbers, so
+    each comes back as the malformed-verdict error that quotes it."""
+    prompts = ["Rate this response from 1 to 10: 'The answer is 42.'", "Rate: 'I do not know.'"] * 3
+
+    def replies(temperature: float) -> list[list[str]]:
+        node = {"backend": "local", "model": {"source": "tiny_random"}, "mode": "scale", "max_new_tokens": 6}
+        judge = build_judge({**node, "temperature": temperature}, "judge")
+        return [[str(r) for r in judge._judge(prompts)] for _ in range(2)]
+
+    sampled, greedy = replies(1.0), replies(0.0)
+    assert sampled[0] != sampled[1] and greedy[0] == greedy[1]
+    assert greedy[0][0] == greedy[0][2]  # greedy: the same prompt, the same reply
+    with pytest.raises(ConfigError, match="temperature > 0 samples a scale reply"):
+        build_judge({"backend": "local", "temperature": 1.0}, "judge")
+    with pytest.raises(ConfigError, match="cannot keep a disk cache"):
+        build_judge({"backend": "local", "mode": "scale", "temperature": 1.0, "cache": True}, "judge")
+
+
 # ---- the key never reaches a run directory ----------------------------------------------------
 
 

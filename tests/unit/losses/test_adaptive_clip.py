@@ -35,6 +35,8 @@ def test_clip_range_scales_with_complexity_by_hand():
     assert out.squeeze(1).tolist() == pytest.approx([-1.1, -1.3, -1.2])
     assert m["adaptive_clip/complexity_mean"] == pytest.approx(0.5)
     assert m["adaptive_clip/epsilon_high_mean"] == pytest.approx((0.1 + 0.3 + 0.2) / 3)
+    # spread of the per-row ranges [0.1, 0.3, 0.2] around 0.2: population std sqrt((0.01 + 0.01 + 0) / 3)
+    assert m["adaptive_clip/epsilon_high_std"] == pytest.approx(math.sqrt(0.02 / 3))
     assert m["clip_ratio/high_mean"] == 1.0  # every token is past its own upper bound
     # r = 0.6, A = -1: l = -min(-0.6, -clip(0.6)) = clip(0.6); c = 0 clips at 0.9, c = 1 at 0.7
     out, _ = loss(inputs(0.6, -1.0, [0.0, 1.0]))

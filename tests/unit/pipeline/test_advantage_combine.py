@@ -19,7 +19,7 @@ from rlpost.pipeline import run_pipeline
 from rlpost.rollouts.generic_negative import KIND as GENERIC
 
 from support.pipeline import pipeline_inputs
-from support.trainer import TINY
+from support.trainer import HASH_REWARD, TINY
 
 ONE_TERM = "reward.terms=[{name: exact_match, weight: 1.0}]"
 EPS = 1e-4
@@ -27,7 +27,8 @@ EPS = 1e-4
 
 def test_odrpo_advantages_reach_the_loss_without_a_second_group_norm():
     # the default algorithm=grpo has algorithm/advantage=group_norm: odrpo takes its place
-    run = build_run(compose([*TINY, ONE_TERM, "reward/combine=odrpo", "reward.combine.min_score=0",
+    # levels 0..2 need a term that can score 2: a callable, which declares no range (exact_match's [0, 1] is refused)
+    run = build_run(compose([*TINY, HASH_REWARD, "reward/combine=odrpo", "reward.combine.min_score=0",
                              "reward.combine.max_score=2", "algorithm.dynamic_sampling=true"]))  # fmt: skip
     # group 0 scores [0, 1, 2, 2]; group 1 scores [1, 1, 1, 1]; thresholds k = 1, 2
     terms = [[0.0], [1.0], [2.0], [2.0], [1.0], [1.0], [1.0], [1.0]]
@@ -70,7 +71,7 @@ def test_decoupled_with_generic_negatives_adjusts_each_term_before_the_combine()
 
 
 def test_evaluation_reports_the_score_of_an_advantage_combine():
-    run = build_run(compose([*TINY, ONE_TERM, "reward/combine=odrpo", "reward.combine.min_score=0",
+    run = build_run(compose([*TINY, HASH_REWARD, "reward/combine=odrpo", "reward.combine.min_score=0",
                              "reward.combine.max_score=2"]))  # fmt: skip
     scores = torch.tensor([[0.0], [2.0]])
     reward, _ = run.reward.scored(scores, 1)  # what eval/reward averages

@@ -310,7 +310,13 @@ def test_build_reward_terms_errors():
 @pytest.mark.parametrize("path", sorted(CONF.glob("*.yaml")), ids=lambda p: p.stem)
 def test_conf_files_build(path, tmp_path):
     node = yaml.safe_load(path.read_text())
-    assert set(node) == {"defaults", "terms", "on_failure", "timeout_s"}  # combiner: the sub-group reward/combine
+    assert set(node) == {
+        "defaults",
+        "terms",
+        "on_failure",
+        "timeout_s",
+        "breaker",
+    }  # combiner: the sub-group reward/combine
     for term in node["terms"]:  # ??? is given on the command line; reward_model's is a trained folder
         for key, value in term.get("params", {}).items():
             if value == "???":
@@ -383,3 +389,48 @@ def test_terms_pickle(user_module):
     clones = pickle.loads(pickle.dumps(funcs))
     assert [f.__name__ for f in clones] == names
     assert clones[0](None, ["4"], answer=["4"]) == [1.0] and clones[3](None, ["4"], answer=["4"]) == [1.0]
+
+
+# ---- noisy_rater (a simulated 1-10 rater for ODRPO, seed 004 #25) ----------------------------------------
+def test_noisy_rater_true_tiers_by_hand():
+    # gold 19: "19" e = 0 -> 10; "20" e = 1/19 = .053 -> band (.05, .1] -> 7; "25" e = 6/19 = .32 -> (.25, .5] -> 5;
+    # "40" e = 21/19 = 1.1 -> (1, 2] -> 3; "100" e = 81/19 = 4.3 -> above every band -> 2; no number -> 1.
+    rater = make("noisy_rater")
+    assert [rater.quality(t, "19") for t in ["19", "20", "25", "40", "100", "no idea"]] == [10, 7, 5, 3, 2, 1]
+    assert rater.quality("19", "None") is None and rater.score_range() == (1.0, 10.0)
+    # without noise the rating is the tier; a None gold is unscorable
+    exact = make("noisy_rater", noise_sd=0.0, outlier=0.0)
+    assert exact([""] * 4, [conv("19"), conv("<think>4</think> 20"), conv("x"), conv("19")], answer=["19", "19", "19", None]) == [
+        10.0, 7.0, 1.0, None,
+    ]  # fmt: skip
+
+
+def test_noisy_rater_noise_votes_and_resumable_stream():
+    # sd 0.7: a rating moves a tier when |0.7 z| > 0.5, P = 2 (1 - Phi(0.714)) = 0.475; two tiers when |0.7 z| > 1.5,
+    # P = 2 (1 - Phi(2.14)) = 0.032; outliers (5%) are uniform. At tier 5 (room both ways), over 4000 draws:
+    rater = make("noisy_rater", seed=3)
+    ratings = torch.tensor(rater([""] * 4000, [conv("25")] * 4000, answer=["19"] * 4000))
+    moved = (ratings != 5).float().mean().item()
+    assert 0.95 * 0.475 + 0.05 * 0.9 - 0.03 < moved < 0.95 * 0.475 + 0.05 * 0.9 + 0.03
+    assert set(ratings.tolist()) <= set(map(float, range(1, 11))) and len(set(ratings.tolist())) >= 8
+    # the median of 5 ratings moves far less often (the costly majority-vote remedy)
+    voted = torch.tensor(make("noisy_rater", seed=3, votes=5)([""] * 4000, [conv("25")] * 4000, answer=["19"] * 4000))
+    assert (voted != 5).float().mean().item() < moved / 2
+    # the generator's state is what a checkpoint saves: restoring it replays the same ratings
+    state = rater.state_dict()
+    first = rater([""] * 8, [conv("25")] * 8, answer=["19"] * 8)
+    rater.load_state_dict(state)
+    assert rater([""] * 8, [conv("25")] * 8, answer=["19"] * 8) == first
+    with pytest.raises(ConfigError, match="increasing"):
+        build_config(REWARDS.get("noisy_rater").Config, {"bands": [0.5, 0.1]}, "test")
+
+
+def test_word_recall_by_hand():
+    # profile words of 4+ letters: {pirate, captain, loves, puns, about (a function word: dropped), numbers}
+    # -> W = {pirate, captain, loves, puns, numbers}, 5 words. "Arr, this captain loves NUMBERS: 12" uses
+    # captain, loves, numbers -> 3 / 5; a bare "12" -> 0; a profile without such words -> 0; None -> unscorable
+    recall = make("word_recall")
+    profile = "a pirate captain who loves puns about numbers"
+    texts = [conv("Arr, this captain loves NUMBERS: 12"), conv("12"), conv("the sea"), conv("x")]
+    got = recall([""] * 4, texts, profile=[profile, profile, "a b c", None])
+    assert got == [pytest.approx(0.6), 0.0, 0.0, None] and recall.score_range() == (0.0, 1.0)
