@@ -19,6 +19,7 @@ from support.paths import REPO
 def test_a_non_editable_install_trains_from_an_empty_directory(tmp_path):
     wheels, venv, work, src = tmp_path / "wheels", tmp_path / "venv", tmp_path / "empty", tmp_path / "src"
     pip = [sys.executable, "-m", "pip"]
+    src.mkdir()
     for name in ("pyproject.toml", "README.md", "rlpost", "conf", "recipes"):  # setuptools builds in its source tree
         copy = shutil.copytree if (REPO / name).is_dir() else shutil.copy2
         copy(REPO / name, src / name, **({"symlinks": True} if (REPO / name).is_dir() else {}))
