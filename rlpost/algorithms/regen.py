@@ -9,7 +9,7 @@ How a step runs (``RegenTrainer``): TRL's sampler draws group indices of the rep
 prompts, and the generation step reads those groups' stored tokens, reward terms and behaviour
 log-probs instead of sampling. Everything after that is the normal rlpost path: the run's
 ``reward.combine`` over the stored terms, its ``advantage``, its ``loss``, regularizers and
-aggregation (stages 3 and 5 of rlpost/trainer.py).
+aggregation (stages 3 and 5 of the trainer, rlpost/trainer/; docs/architecture.md).
 
 Choices where the abstract is silent (it names no offline RL algorithm):
 - Off-policy correction: per-token truncated importance weights against the stored behaviour

@@ -65,7 +65,7 @@ def test_tiny_random_is_deterministic_across_builds(fresh_cache, monkeypatch):
 
 
 def test_concurrent_builds_share_one_folder(fresh_cache):
-    code = "from rlpost import models as m; print(m.model_folder(m.ModelConfig(source='tiny_random', tiny_layers=1)))"
+    code = "from rlpost.models import loading as m; print(m.model_folder(m.ModelConfig(source='tiny_random', tiny_layers=1)))"
     env = {**os.environ, "RLPOST_CACHE": str(fresh_cache)}
     procs = [
         subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, env=env) for _ in range(2)
