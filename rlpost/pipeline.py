@@ -111,7 +111,7 @@ def run_pipeline(x: PipelineInputs, reward: RewardParts, algo: AlgorithmParts) -
         return combined_advantages(x, reward, algo)
     task, metrics = combine_rewards(reward, x.reward_terms, x.num_generations)
     if x.training:
-        metrics["reward/varied_columns"] = varied_columns(x.reward_terms, x.num_generations)
+        metrics["varied_reward_columns"] = varied_columns(x.reward_terms, x.num_generations)
         figure = reward.combine.activity(x.reward_terms, reward.weights, x.num_generations, task.values)
         put_figure(metrics, "combine", reward.combine.registry_name, figure)
     task = adjust_rewards(task, x, algo, metrics)
@@ -134,7 +134,7 @@ def combined_advantages(x: PipelineInputs, reward: RewardParts, algo: AlgorithmP
     """Steps 3.1-3.6 for a combine that returns advantages: adjust each term, combine into Advantages, keep."""
     metrics: dict[str, float] = {}
     if x.training:
-        metrics["reward/varied_columns"] = varied_columns(x.reward_terms, x.num_generations)
+        metrics["varied_reward_columns"] = varied_columns(x.reward_terms, x.num_generations)
     terms = adjust_terms(x, reward.names, algo, metrics)
     task = Rewards(reward.combine.score(terms, reward.weights.to(terms.device)))
     values, combine_metrics = reward.combined(terms, x.num_generations)
@@ -275,7 +275,7 @@ def shape_rewards(
 
 
 def varied_columns(reward_terms: torch.Tensor, num_generations: int) -> float:
-    """reward terms [N, R], G -> how many columns vary within at least one group (``reward/varied_columns``: the
+    """reward terms [N, R], G -> how many columns vary within at least one group (``varied_reward_columns``: the
     evidence for "one active reward column" when a combine of several stays inert, rlpost/analysis/inert.py)."""
     return float(
         sum(

@@ -9,7 +9,7 @@ given by the caller that has the run: rlpost/train.py) or one of the generic one
 - ``frac_reward_zero_std`` = 1 at every step: every group had all-equal rewards, so every GRPO advantage was 0
   and nothing downstream of the rewards (advantage, combine, loss, regularizer, grad, select) had a signal to
   change;
-- ``rlpost/reward/varied_columns`` <= 1 at every step (a combine): at most one reward column varied within a
+- ``rlpost/varied_reward_columns`` <= 1 at every step (a combine): at most one reward column varied within a
   group, so a combination of several columns had nothing to weigh against each other;
 - dynamic sampling never dropped a row: ``frac_reward_zero_std`` = 0 at every step (no group was all-equal);
 - the soft overlong penalty never applied: no completion came within ``cache_len`` tokens of the limit.
@@ -24,7 +24,7 @@ from typing import Any
 
 PREFIX = "active/"  # rlpost.core.activity.PREFIX (this module is read without torch)
 ALL_EQUAL = "every group had all-equal rewards at every step (frac_reward_zero_std = 1 throughout)"
-ONE_COLUMN = "at most one reward column varied within a group at any step (rlpost/reward/varied_columns <= 1)"
+ONE_COLUMN = "at most one reward column varied within a group at any step (rlpost/varied_reward_columns <= 1)"
 NO_FLAT_GROUP = "no group had all-equal rewards at any step (frac_reward_zero_std = 0 throughout): nothing to drop"
 NEVER_LONG = "no completion came within algorithm.overlong.cache_len tokens of train.max_completion_length"
 REWARD_KINDS = ("advantage", "combine", "loss", "regularizer", "grad", "select")  # what an all-equal batch stills
@@ -55,7 +55,7 @@ def generic_reason(name: str, rows: list[dict[str, Any]]) -> str | None:
         return NEVER_LONG
     if kind in REWARD_KINDS and zero_std and all(v == 1.0 for v in zero_std):
         return ALL_EQUAL
-    varied = _values(rows, "rlpost/reward/varied_columns")
+    varied = _values(rows, "rlpost/varied_reward_columns")
     if kind == "combine" and varied and max(varied) <= 1.0:
         return ONE_COLUMN
     return None

@@ -54,6 +54,8 @@ from rlpost.combine.base import COMBINERS, Combine
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 
+MAX_THRESHOLDS = 100  # levels - 1: each threshold is one column of the [N, K] indicator matrix
+
 
 class ODRPOScoreError(RuntimeError):
     """Every scored sample of a batch lies below ODRPO's min_score: its thresholds see nothing."""
@@ -92,6 +94,11 @@ class ODRPO(Combine):
         def __post_init__(self) -> None:
             if self.max_score <= self.min_score:
                 raise ValueError(f"max_score={self.max_score} must be larger than min_score={self.min_score}")
+            if self.max_score - self.min_score > MAX_THRESHOLDS:
+                raise ValueError(
+                    f"max_score={self.max_score} - min_score={self.min_score} gives more than {MAX_THRESHOLDS} "
+                    "thresholds (one advantage column each); a rater's scale has a few levels (1-10, 0-100)"
+                )
             if self.reduce not in ("sum", "mean"):
                 raise ValueError(f"Unknown reduce {self.reduce!r}. Valid choices: sum, mean.")
             if self.scale not in ("group", "none"):

@@ -25,7 +25,11 @@ Choices where the integrations leave room:
   replaces characters it does not accept, e.g. ``@``, with ``_``). trackio gets them the same way
   (``TrackioMetrics``): transformers' own callback would prefix ``train/`` and let trackio count its own
   steps, which drift from the optimizer step once TRL's profiling logs at explicit steps. wandb and
-  tensorboard keep transformers' ``train/`` prefix, as before.
+  tensorboard keep transformers' ``train/`` prefix, as before. MLflow's file store keeps each metric in a
+  file named by its key, so no key may be a folder of another (``a/b`` beside ``a/b/c``): the store refuses
+  the whole step's batch from that key on. rlpost's own names keep to that (the group-varied column count is
+  ``rlpost/varied_reward_columns``, not under ``rlpost/reward``; tests/trainer/test_trackers_trainer.py reads every
+  key back).
 - **Every row of metrics.jsonl.** The held-out evaluations before training (step 0) and at its end are
   written outside the trainer's log; ``TrackerRuns`` hands those rows to each tracker at their step, and
   holds the trackers' ``on_train_end`` (which closes their runs) until ``close``, after the last one.

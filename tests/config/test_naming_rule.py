@@ -116,6 +116,7 @@ HELPERS: dict[str, str] = {
     "envs/tags.py": "the tag tool-call protocol (<calc>...</calc>) shared by the environments",
     "envs/episode.py": "the token view of one episode: ids and the trained-token mask",
     "envs/runner.py": "the episode loop shared by training (rollout_func) and held-out eval",
+    "envs/sources.py": "a data=mixture run's episodes: each row plays its source's environment (rlpost/data/mixture.py)",
     "envs/search_data.py": "the bundled search corpus and questions (python -m rlpost.envs.search_data)",
     "envs/booking_data.py": "the bundled simulated-user task (python -m rlpost.envs.booking_data)",
     "envs/booking_dialogues.py": "the logged booking dialogues a simulator is aligned to (python -m ...)",

@@ -5,9 +5,9 @@ from __future__ import annotations
 from rlpost.analysis.inert import ALL_EQUAL, NO_FLAT_GROUP, ONE_COLUMN, figures, inert_figures, inert_lines
 
 ROWS = [  # two training steps and an evaluation row (which carries no figure)
-    {"step": 1, "frac_reward_zero_std": 1.0, "rlpost/reward/varied_columns": 1.0, "active/combine/focal": 0.0,
+    {"step": 1, "frac_reward_zero_std": 1.0, "rlpost/varied_reward_columns": 1.0, "active/combine/focal": 0.0,
      "active/loss/gspo": 0.0, "active/regularizer/entropy": 0.2, "active/keep/dynamic_sampling": 1.0},
-    {"step": 2, "frac_reward_zero_std": 1.0, "rlpost/reward/varied_columns": 0.0, "active/combine/focal": 0.0,
+    {"step": 2, "frac_reward_zero_std": 1.0, "rlpost/varied_reward_columns": 0.0, "active/combine/focal": 0.0,
      "active/loss/gspo": None, "active/regularizer/entropy": 0.0, "active/keep/dynamic_sampling": 1.0},
     {"step": 2, "eval/reward": 0.5},
 ]  # fmt: skip

@@ -23,7 +23,7 @@ def test_the_plain_grpo_path_reports_no_figure_and_the_reward_columns_are_counte
     run = build_run(compose([*TINY, TWO_TERMS]))
     result = run_pipeline(pipeline_inputs(TERMS, 2), run.reward, run.algorithm)
     assert figures(result.metrics) == {}  # group_norm, weighted_sum, no rollout strategy, no selector
-    assert result.metrics["reward/varied_columns"] == 1.0 == varied_columns(result.batch.reward_terms, 2)
+    assert result.metrics["varied_reward_columns"] == 1.0 == varied_columns(result.batch.reward_terms, 2)
 
 
 def test_each_stage_s_figure():
@@ -42,7 +42,7 @@ def test_each_stage_s_figure():
     }
     assert all(unprefixed(name) for name in figures(result.metrics))
     evaluation = run_pipeline(pipeline_inputs(TERMS, 2, training=False), run.reward, run.algorithm)
-    assert figures(evaluation.metrics) == {} and "reward/varied_columns" not in evaluation.metrics
+    assert figures(evaluation.metrics) == {} and "varied_reward_columns" not in evaluation.metrics
 
 
 def test_a_rollout_strategy_and_a_combine_report_theirs():
