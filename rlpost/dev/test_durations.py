@@ -62,7 +62,8 @@ def render(cases: list[Case], wall: float, machine: str, commit: str, slowest: i
         "",
         f"**Total**: {wall / 60:.1f} min wall for {len(cases)} tests ("
         + ", ".join(f"{n} {k}" for k, n in sorted(counts.items()))
-        + f"); the tests' own times sum to {sum(c.seconds for c in cases) / 60:.1f} min.",
+        + f"); the tests' own times sum to {sum(c.seconds for c in cases) / 60:.1f} min (more than the wall: make test"
+        + " runs them on two pytest-xdist workers). The minutes below are the tests' own times.",
         "",
         "## Per folder",
         "",

@@ -22,7 +22,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Annotated, Literal
 
-from rlpost.app import launch, tool
+from rlpost.app import Job, launch, tool
 from rlpost.core.config import HardwareConfig
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
@@ -152,7 +152,17 @@ def run(s: ProbeSettings, output_dir: str, overrides: list[str]) -> int:
     return 0
 
 
-APP = tool("probe", "probe", ProbeSettings, check, run)
+def hydra_folder_with_the_output(jobs: list[Job], overrides: list[str], multirun: bool) -> list[str]:
+    """A single probe of ``run=`` (or with ``out=``) keeps Hydra's log and ``.hydra/`` in its output folder,
+    not in ``outputs/probe/<date>/`` of the launch directory; a given ``hydra.run.dir`` or a sweep stays as asked."""
+    settings = jobs[0].built
+    given = any(o.split("=", 1)[0] == "hydra.run.dir" for o in overrides)
+    if multirun or given or not (settings.run or settings.out):
+        return []
+    return [f"hydra.run.dir={output_folder(settings, '')}"]
+
+
+APP = tool("probe", "probe", ProbeSettings, check, run, prelaunch=hydra_folder_with_the_output)
 
 
 def main(args: list[str]) -> int:

@@ -12,6 +12,7 @@ of generated batches between stage 3 and the loss (staleness.py).
 from __future__ import annotations
 
 import logging
+import os
 import warnings
 from collections.abc import Callable
 from typing import Any
@@ -55,6 +56,11 @@ warnings.filterwarnings("ignore", message="`is_gradient_checkpointing` is deprec
 # - TRL marks `rollout_func` experimental; rlpost's episodes (data/env) are built on it on purpose and pin it in
 #   tests/trainer/test_trl_contract.py
 warnings.filterwarnings("ignore", message="You are using 'rollout_func', which is an experimental feature")
+# - DeepSpeed, imported by transformers when the trainer is built, warns "Setting accelerator to CPU. If you have GPU
+#   ... unable to detect it" on a machine without one; a CPU build of torch has none to detect, so rlpost names the
+#   accelerator DeepSpeed would pick anyway (its DS_ACCELERATOR variable; a value the user set is kept)
+if not (torch.version.cuda or torch.version.hip or torch.backends.mps.is_available() or torch.xpu.is_available()):
+    os.environ.setdefault("DS_ACCELERATOR", "cpu")
 
 
 class RLPostTrainer(

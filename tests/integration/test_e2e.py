@@ -3,6 +3,7 @@
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -30,7 +31,7 @@ def finite(row: dict, key: str) -> bool:
 @pytest.mark.slow
 def test_train_smollm2_writes_a_complete_run_directory(tmp_path):
     run_dir = tmp_path / "run"
-    rlpost(
+    proc = rlpost(
         [
             "train",
             "train.steps=2",
@@ -45,6 +46,10 @@ def test_train_smollm2_writes_a_complete_run_directory(tmp_path):
     )
     for name in ("config.yaml", "overrides.yaml", "metrics.jsonl", "samples.jsonl", "summary.json"):
         assert (run_dir / name).is_file(), name
+    # a clean first run: no warning from rlpost's files or arguments (third-party ones are filtered by name, with
+    # the reason, in rlpost/trainer/core.py)
+    warned = [line for line in (proc.stdout + proc.stderr).splitlines() if re.search("warn|deprecat", line, re.I)]
+    assert not warned, warned
     assert (run_dir / "plots" / "training.png").stat().st_size > 1000
     assert list((run_dir / "tensorboard").glob("events.out.tfevents.*")), "no tensorboard events"
 

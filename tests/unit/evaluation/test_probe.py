@@ -124,9 +124,11 @@ def saved_run(tmp_path_factory):
     return run_dir
 
 
-def test_probe_cli_rates_every_checkpoint_by_step(saved_run, capsys):
-    hydra_dir = f"hydra.run.dir={saved_run.parent / 'probe_job'}"  # Hydra's own log: not outputs/ in the checkout
-    assert cli.main(["probe", f"run={saved_run}", "belief=context", "progress=false", hydra_dir]) == 0
+def test_probe_cli_rates_every_checkpoint_by_step(saved_run, capsys, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)  # the launch directory: a probe of run= writes nothing here
+    assert cli.main(["probe", f"run={saved_run}", "belief=context", "progress=false"]) == 0
+    assert list(tmp_path.iterdir()) == []  # Hydra's log and .hydra/ went with the result, not to outputs/probe/
+    assert (saved_run / "probe" / ".hydra" / "overrides.yaml").exists()
     record = json.loads((saved_run / "probe" / "probe.json").read_text())
     # the base model is step 0; checkpoint-1 is step 1; checkpoint-2 and final are both step 2 (one row)
     assert [(r["step"], r["checkpoint"]) for r in record["rows"]] == [
