@@ -234,6 +234,16 @@ def build_eval(run: BuiltRun) -> None:
         raise ConfigError(
             f"Invalid eval.majority_answer={ev.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
+    if ev.variants_of is not None and pooled is None:
+        raise ConfigError(
+            f"eval.variants_of={ev.variants_of!r} compares correctness verdicts, but the run has no correctness "
+            "criterion (a verifiable reward term, or eval.correct_term)."
+        )
+    if ev.calibration is not None and ev.samples < 2:
+        raise ConfigError(
+            f"eval.calibration={ev.calibration!r} reads each prompt's sampled predictions as a distribution; set "
+            f"eval.samples >= 2 (got {ev.samples})."
+        )
     if ev.samples and run.env is not None and run.mixture is None:
         raise ConfigError(
             f"eval.samples={ev.samples} samples single-turn completions, but data/env={run.data.env.get('name')} "

@@ -125,5 +125,6 @@ import rlpost.select.sdga_phase  # noqa: F401
 
 # data transforms
 import rlpost.transforms.ect  # noqa: F401
+import rlpost.transforms.languages  # noqa: F401
 import rlpost.transforms.market_filter  # noqa: F401
 import rlpost.transforms.none  # noqa: F401

@@ -52,7 +52,7 @@ def train(
     if run is None:
         run = build_run(cfg)
     if run.mixture is not None:  # data=mixture: every source's rows, labelled by source (rlpost/data/mixture.py)
-        train_set, eval_set = run.mixture.load(run.settings.eval.group_by)
+        train_set, eval_set = run.mixture.load(run.settings.eval.data_columns())
     else:
         train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
     _check_columns(run, train_set, eval_set)
@@ -183,12 +183,21 @@ class HeldOut:
 
 
 def _set_rows(spec) -> Any:
-    """An eval set's held-out split (rlpost/evaluation/sets.py), loaded before any model."""
-    return load_datasets(spec.data, spec.transform)[1]
+    """An eval set's held-out split (rlpost/evaluation/sets.py), loaded before any model, with the columns its
+    readouts name (group_by, variants_of, calibration) checked."""
+    rows = load_datasets(spec.data, spec.transform)[1]
+    for key, column in spec.cfg.data_columns().items():
+        if column not in rows.column_names:
+            raise ConfigError(
+                f"{spec.prefix}: {key}={column!r} is not a column of data={spec.cfg.data}'s eval split; its columns "
+                f"are: {', '.join(rows.column_names)}"
+            )
+    return rows
 
 
 def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
-    """Every dataset column a reward term or ``eval.group_by`` names exists, before any model loads."""
+    """Every dataset column a reward term or ``eval.*`` (group_by, variants_of, calibration) names exists, before any
+    model loads."""
     for name, func in zip(run.reward.names, run.reward.funcs):
         for param, col in func.data_columns():
             missing = [
@@ -201,12 +210,11 @@ def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
                     f"reward term {name}: params.{param}={col!r} names no column of the {' and '.join(missing)} data; "
                     f"its columns are: {', '.join(train_set.column_names)}"
                 )
-    group_by = run.settings.eval.group_by
-    if group_by is not None and group_by not in eval_set.column_names:
-        raise ConfigError(
-            f"eval.group_by={group_by!r} is not a column of the eval split; "
-            f"its columns are: {', '.join(eval_set.column_names)}"
-        )
+    for key, column in run.settings.eval.data_columns().items():
+        if column not in eval_set.column_names:
+            raise ConfigError(
+                f"{key}={column!r} is not a column of the eval split; its columns are: {', '.join(eval_set.column_names)}"
+            )
 
 
 def _evaluate(run: BuiltRun, model, tokenizer, held_out: HeldOut, items: list[dict] | None = None) -> dict[str, float]:

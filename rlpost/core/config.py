@@ -65,6 +65,13 @@ class EvalSettings:
     batch_size: Annotated[int, Range(ge=1)] = 50
     greedy: bool = True
     group_by: str | None = None
+    # a data column naming the question a row is a variant of (AIR's intent_id): group accuracy and consistency
+    # over each question's variants (rlpost/evaluation/invariance.py); needs a correctness criterion
+    variants_of: str | None = None
+    # a data column of numeric targets: CRPS, central-interval coverage and rank correlation of the eval.samples
+    # sampled predictions of each prompt (rlpost/evaluation/calibration.py); needs samples >= 2
+    calibration: str | None = None
+    calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
     correct_term: str | None = "auto"  # the reward term behind eval/accuracy (rlpost/scoring/correctness.py)
     correct_threshold: Annotated[float, Range()] = 1.0  # a completion is correct when that term scores at least this
     samples: Annotated[int, Range(ge=0, why="0 = greedy only")] = 0  # sampled completions per prompt
@@ -77,6 +84,11 @@ class EvalSettings:
     # the run has a correctness criterion, else eval/reward (build_run resolves it)
     objective: str = "auto"
     objective_mode: Literal["max", "min"] = "max"  # checkpoints/best keeps the highest (max) or lowest (min) objective
+
+    def data_columns(self) -> dict[str, str]:
+        """``{"eval.<key>": column}``: every held-out data column the evaluation reads (checked before a model loads)."""
+        named = {"group_by": self.group_by, "variants_of": self.variants_of, "calibration": self.calibration}
+        return {f"eval.{key}": column for key, column in named.items() if column is not None}
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # logging.trackers (rlpost/runs/trackers.py)

@@ -447,9 +447,10 @@ class Mixture(Component):
         if algo.offline is not None:
             raise ConfigError("data=mixture cannot be combined with algorithm.replay: replays sample no prompts.")
 
-    def load(self, group_by: str | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
+    def load(self, eval_columns: dict[str, str] | None = None) -> tuple[datasets.Dataset, datasets.Dataset]:
         """Every source's (train, held-out) rows labelled with ``rlpost_source``, each source's reward columns and
-        ``group_by`` checked against its own splits; ConfigError before any model loads."""
+        ``eval_columns`` (``{"eval.<key>": column}``, ``EvalSettings.data_columns``) checked against its own splits;
+        ConfigError before any model loads."""
         train_rows: list[dict] = []
         eval_rows: list[dict] = []
         needed: set[str] = set()
@@ -467,11 +468,12 @@ class Mixture(Component):
                                 f"{where}: reward term {name}: params.{param}={col!r} names no column of its {split} "
                                 f"data; its columns are: {', '.join(data.column_names)}"
                             )
-            if group_by is not None and group_by not in held.column_names:
-                raise ConfigError(
-                    f"eval.group_by={group_by!r} is not a column of {where}'s eval split; its columns are: "
-                    f"{', '.join(held.column_names)}"
-                )
+            for key, column in (eval_columns or {}).items():
+                if column not in held.column_names:
+                    raise ConfigError(
+                        f"{key}={column!r} is not a column of {where}'s eval split; its columns are: "
+                        f"{', '.join(held.column_names)}"
+                    )
             train_rows += [{**row, SOURCE_COLUMN: source.name} for row in train.to_list()]
             eval_rows += [{**row, SOURCE_COLUMN: source.name} for row in held.to_list()]
         return union_dataset(train_rows, needed), union_dataset(eval_rows, needed)

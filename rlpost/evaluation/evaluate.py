@@ -7,14 +7,18 @@ training. ``eval/accuracy`` is reported only with a correctness criterion (``cor
 rlpost/scoring/correctness.py: a verifiable term and its threshold): the share of scored prompts whose
 completion is correct. With a term that scores abstention (``ternary_abstention``), abstention precision,
 recall and F1 (rlpost/evaluation/abstention.py). With ``group_by`` (a dataset column, e.g. AIR's ``variant``) the accuracy (or,
-without a criterion, the reward) is also reported per value of that column.
+without a criterion, the reward) is also reported per value of that column; with ``variants_of`` (a column naming
+the question a row is a variant of, e.g. AIR's ``intent_id``) and a criterion, the group accuracy and consistency
+over each question's variants (rlpost/evaluation/invariance.py).
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports, with a criterion, pass@k with the
 unbiased estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
 averaged over prompts, avg@n (the mean share of correct samples) and maj@k (majority vote over the
 extracted answers of the first k samples); always the reward, the within-group reward spread that
 GRPO's advantages feed on (``rlpost diagnose``, seed 004 #13) and the mean length. An unscorable
-sample (None/NaN) counts as incorrect for pass@k and maj@k and is skipped in means.
+sample (None/NaN) counts as incorrect for pass@k and maj@k and is skipped in means. With ``calibration`` (a column of
+numeric targets) the n samples of a prompt are its predictive distribution: CRPS, central-interval coverage,
+width and rank correlation of the predictions (rlpost/evaluation/calibration.py).
 """
 
 from __future__ import annotations
@@ -27,13 +31,16 @@ from typing import Any
 import torch
 from rich.progress import Progress
 
-from rlpost.core.chat import completion_text
+from rlpost.core.chat import answer_text, completion_text
 from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
 from rlpost.evaluation.abstention import abstention_metrics
+from rlpost.evaluation.calibration import calibration_scores
+from rlpost.evaluation.invariance import variant_metrics
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
 from rlpost.rewards.group import extract_answer
+from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.scoring.correctness import Correctness
 from rlpost.scoring.score import score
 
@@ -57,6 +64,7 @@ def evaluate(
     temperature: float = 1.0,
     size: int | None = None,
     group_by: str | None = None,
+    variants_of: str | None = None,
     show_progress: bool = True,
     env: Environment | None = None,
     items: list[dict[str, Any]] | None = None,
@@ -107,6 +115,9 @@ def evaluate(
         result[f"{prefix}/accuracy"] = correct.accuracy(scores)
         nan = torch.full((len(rows),), float("nan"))
         per_row = torch.where(correct.scored(scores), correct.correct(scores).float(), nan)
+        if variants_of is not None:  # every variant of a question right; its variants agreeing
+            verdicts = [None if math.isnan(v) else v == 1.0 for v in per_row.tolist()]
+            result.update(variant_metrics(verdicts, [r.get(variants_of) for r in rows], prefix))
     result[f"{prefix}/reward"] = torch.nanmean(rewards).item()
     result.update(abstention_metrics(reward_funcs, wrapped, columns, prefix))  # a term that scores abstention
     if items is not None:
@@ -305,10 +316,13 @@ def evaluate_sampled(
     prefix: str = "sampled",
     show_progress: bool = True,
     majority_answer: str | None = "last_number",
+    calibration: str | None = None,
+    calibration_level: float = 0.8,
 ) -> dict[str, float]:
     """Sample ``n`` completions per prompt (``batch_size`` completions per generate call) -> ``sample_metrics``;
     ``majority_answer`` (last_number | boxed | text, rlpost/rewards/group.py; None: no maj@k) extracts the
-    answer each sample votes for."""
+    answer each sample votes for; ``calibration``, the column of numeric targets, adds
+    ``<prefix>/calibration/*`` over each prompt's n predictions (their last numbers)."""
     rows = [dataset[i] for i in range(min(size or len(dataset), len(dataset)))]
     was_training = model.training
     model.eval()
@@ -331,7 +345,15 @@ def evaluate_sampled(
         flat = [extract_answer(c, majority_answer) for c in completions]
         answers = [flat[p * n : (p + 1) * n] for p in range(len(rows))]
     lengths_t = torch.tensor(lengths).view(len(rows), n)
-    return sample_metrics(scores, combine, lengths_t, ks, correct, prefix, answers)
+    result = sample_metrics(scores, combine, lengths_t, ks, correct, prefix, answers)
+    if calibration is not None:
+        predictions = [
+            [last_number(answer_text(c, True)) for c in completions[p * n : (p + 1) * n]] for p in range(len(rows))
+        ]
+        targets = [gold_number(r.get(calibration)) for r in rows]
+        calibrated = calibration_scores(predictions, targets, calibration_level)
+        result.update({f"{prefix}/calibration/{name}": value for name, value in calibrated.items()})
+    return result
 
 
 def _generate(

@@ -48,6 +48,9 @@ class Split:
     pass_k: tuple[int, ...] = (1,)
     majority_answer: str | None = "last_number"
     group_by: str | None = None
+    variants_of: str | None = None  # the column naming the question a row is a variant of (invariance.py)
+    calibration: str | None = None  # the column of numeric targets of the sampled predictions (calibration.py)
+    calibration_level: float = 0.8
     env: Any = None  # data/env: each held-out prompt is one episode (the run's split only)
 
 
@@ -60,7 +63,7 @@ def evaluate_run(
     own = Split(
         eval_set, run.reward, run.correct, "eval", ev.size, train.max_completion_length, greedy=ev.greedy,
         samples=ev.samples, pass_k=tuple(ev.pass_k), majority_answer=ev.majority_answer, group_by=ev.group_by,
-        env=run.env,
+        variants_of=ev.variants_of, calibration=ev.calibration, calibration_level=ev.calibration_level, env=run.env,
     )  # fmt: skip
     sets = [
         Split(
@@ -74,6 +77,10 @@ def evaluate_run(
             samples=spec.cfg.samples,
             pass_k=tuple(spec.cfg.pass_k),
             majority_answer=spec.cfg.majority_answer,
+            group_by=spec.cfg.group_by,
+            variants_of=spec.cfg.variants_of,
+            calibration=spec.cfg.calibration,
+            calibration_level=spec.cfg.calibration_level,
         )  # fmt: skip
         for spec, rows in zip(run.eval_sets, set_rows)
     ]
@@ -107,7 +114,7 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
                     model, tokenizer, split.rows, funcs, reward.names, reward.scored,
                     max_new_tokens=split.max_new_tokens, correct=split.correct, batch_size=ev.batch_size,
                     greedy=split.greedy, temperature=temperature, size=split.size, group_by=split.group_by,
-                    show_progress=show, env=split.env, items=items, prefix=split.prefix,
+                    variants_of=split.variants_of, show_progress=show, env=split.env, items=items, prefix=split.prefix,
                 )
             )  # fmt: skip
         if split.samples:
@@ -116,7 +123,8 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
                     model, tokenizer, split.rows, funcs, reward.scored, n=split.samples, ks=list(split.pass_k),
                     max_new_tokens=split.max_new_tokens, correct=split.correct, temperature=temperature,
                     batch_size=ev.batch_size, size=split.size, prefix=f"{split.prefix}/sampled",
-                    show_progress=show, majority_answer=split.majority_answer,
+                    show_progress=show, majority_answer=split.majority_answer, calibration=split.calibration,
+                    calibration_level=split.calibration_level,
                 )
             )  # fmt: skip
     return result

@@ -12,7 +12,8 @@ loads. Each evaluation of the run (``eval.at_start``, every ``eval.every`` steps
 scores every set and logs ``eval/<set>/<metric>``: greedy ``accuracy`` (only with a correctness
 criterion, rlpost/scoring/correctness.py), ``reward``, ``mean_length``, ``abstention/{precision,recall,f1}``
 (with a reward term that scores abstention, rlpost/evaluation/abstention.py), and with ``samples: n`` the sampled
-``avg@n``, ``pass@k`` and ``maj@k`` (rlpost/evaluation/evaluate.py ``sample_metrics``).
+``avg@n``, ``pass@k`` and ``maj@k`` (rlpost/evaluation/evaluate.py ``sample_metrics``); a set takes the run's
+``group_by``, ``variants_of`` and ``calibration`` readouts as keys of its own (its data's columns).
 """
 
 from __future__ import annotations
@@ -52,10 +53,23 @@ class EvalSetConfig:
     correct_term: str | None = AUTO  # the term that decides correctness (rlpost/scoring/correctness.py)
     correct_threshold: Annotated[float, Range()] = 1.0  # correct when that term scores at least this
     max_new_tokens: Annotated[int | None, Range(ge=1)] = None  # null = train.max_completion_length
+    group_by: str | None = None  # a data column to also report accuracy per value of (eval.group_by)
+    variants_of: str | None = None  # a column naming the question a row is a variant of (eval.variants_of)
+    calibration: str | None = None  # a column of numeric targets of the sampled predictions (eval.calibration)
+    calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
 
     def __post_init__(self):
         if not self.greedy and self.samples < 1:
             raise ValueError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n>")
+        if self.calibration is not None and self.samples < 2:
+            raise ValueError(f"calibration={self.calibration!r} reads a distribution of predictions; set samples >= 2")
+        if self.variants_of is not None and not self.greedy:
+            raise ValueError(f"variants_of={self.variants_of!r} reads the greedy verdicts; set greedy=true")
+
+    def data_columns(self) -> dict[str, str]:
+        """``{"<key>": column}``: every held-out data column the set's evaluation reads."""
+        named = {"group_by": self.group_by, "variants_of": self.variants_of, "calibration": self.calibration}
+        return {key: column for key, column in named.items() if column is not None}
         if self.majority_answer is not None and self.majority_answer not in ANSWER_CHOICES:
             raise ValueError(f"majority_answer={self.majority_answer!r}; valid: {', '.join(ANSWER_CHOICES)} (or null)")
 
@@ -146,6 +160,9 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
     correct = find_correctness(
         verifiable_terms(reward.funcs), reward.names, cfg.correct_term, cfg.correct_threshold, where
     )
+    if cfg.variants_of is not None and correct is None:
+        raise ConfigError(f"{where}.variants_of={cfg.variants_of!r} compares correctness verdicts, but the set has no "
+                          "correctness criterion (a verifiable reward term, or correct_term).")  # fmt: skip
     transform = build_transform(data.transform, f"{where}.data.transform")
     return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct, transform=transform)
 

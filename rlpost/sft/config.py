@@ -189,7 +189,7 @@ def eval_view(raw: dict[str, Any], s: SFTSettings) -> BuiltRun:
 
 
 def _check_columns(run: BuiltRun, eval_set) -> None:
-    """Every held-out column a reward term or ``eval.group_by`` reads exists (the reward scores held-out rows only)."""
+    """Every held-out column a reward term or ``eval.*`` reads exists (the reward scores held-out rows only)."""
     columns = eval_set.column_names
     for name, func in zip(run.reward.names, run.reward.funcs):
         for param, col in func.data_columns():
@@ -198,8 +198,8 @@ def _check_columns(run: BuiltRun, eval_set) -> None:
                     f"reward term {name}: params.{param}={col!r} names no column of the held-out data; "
                     f"its columns are: {', '.join(columns)}"
                 )
-    group_by = run.settings.eval.group_by
-    if group_by is not None and group_by not in columns:
-        raise ConfigError(
-            f"eval.group_by={group_by!r} is not a column of the eval split; its columns are: {', '.join(columns)}"
-        )
+    for key, column in run.settings.eval.data_columns().items():
+        if column not in columns:
+            raise ConfigError(
+                f"{key}={column!r} is not a column of the eval split; its columns are: {', '.join(columns)}"
+            )

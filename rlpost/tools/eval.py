@@ -21,10 +21,11 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Annotated, Any
 
 from rlpost.app import launch, tool
 from rlpost.core.errors import ConfigError
+from rlpost.core.schema import Range
 from rlpost.models.prism import ComposeSettings, check_compose
 from rlpost.runs.ranks import is_main
 from rlpost.runs.rundir import write_atomic
@@ -40,11 +41,14 @@ class EvalCommand(PolicySettings):
     pass_k: list[int] = field(default_factory=lambda: [1, 4, 8])
     majority_answer: str | None = "last_number"  # what a sample votes for in maj@k (null: no maj@k)
     group_by: str | None = None
+    variants_of: str | None = None  # a column naming the question a row is a variant of: group accuracy, consistency
+    calibration: str | None = None  # a column of numeric targets: CRPS, coverage, rank correlation of the samples
+    calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
     compose: ComposeSettings = field(default_factory=ComposeSettings)  # PRISM: decode with composed LoRA policies
 
 
 def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
-    _, dataset = check_policy(s, s.size, "size")
+    reward, dataset = check_policy(s, s.size, "size")
     check_compose(s.compose, s.adapter, s.checkpoint, s.model)
     if not s.greedy and s.samples < 1:
         raise ConfigError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n> (e.g. 8).")
@@ -56,10 +60,20 @@ def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
         raise ConfigError(
             f"Invalid majority_answer={s.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
-    if s.group_by is not None and s.group_by not in dataset.column_names:
+    named = {"group_by": s.group_by, "variants_of": s.variants_of, "calibration": s.calibration}
+    for key, column in named.items():
+        if column is not None and column not in dataset.column_names:
+            raise ConfigError(
+                f"{key}={column!r} is not a column of the {s.split} split; its columns are: "
+                f"{', '.join(dataset.column_names)}"
+            )
+    if s.variants_of is not None:
+        if not s.greedy:
+            raise ConfigError(f"variants_of={s.variants_of!r} compares the greedy verdicts; set greedy=true.")
+        policy_correctness(s, reward, required_by=f"variants_of={s.variants_of!r}")
+    if s.calibration is not None and s.samples < 2:
         raise ConfigError(
-            f"group_by={s.group_by!r} is not a column of the {s.split} split; its columns are: "
-            f"{', '.join(dataset.column_names)}"
+            f"calibration={s.calibration!r} reads each prompt's sampled predictions as a distribution; set samples >= 2."
         )
     return s
 
@@ -94,6 +108,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 batch_size=s.batch_size,
                 size=s.size,
                 group_by=s.group_by,
+                variants_of=s.variants_of,
                 show_progress=s.progress,
             )
         )
@@ -115,6 +130,8 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 size=s.size,
                 show_progress=s.progress,
                 majority_answer=s.majority_answer,
+                calibration=s.calibration,
+                calibration_level=s.calibration_level,
             )
         )
     return results
