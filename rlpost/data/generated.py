@@ -42,6 +42,12 @@ def _unanswerable_arithmetic(seed: int, size: int, **params) -> list[dict]:
     return unanswerable_rows(seed, size, **params)
 
 
+def _noisy_line(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.noisy_line import noisy_line_rows
+
+    return noisy_line_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
@@ -50,4 +56,5 @@ GENERATED: dict[str, tuple[Any, str | None]] = {
     "skill_families": (_skill_families, None),
     "unanswerable_arithmetic": (_unanswerable_arithmetic, None),
     "persona_arithmetic": (_persona_arithmetic, None),
+    "noisy_line": (_noisy_line, None),
 }

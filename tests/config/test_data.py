@@ -61,6 +61,37 @@ def test_unanswerable_arithmetic_is_seeded_disjoint_and_its_answers_check():
         load_datasets(from_yaml("unanswerable_arithmetic", task_params={"unanswerable_share": 2.0}))
 
 
+def test_noisy_line_is_seeded_disjoint_and_its_answer_is_the_lines_value():
+    # data=noisy_line (DAR): 4 points of a hidden line, a query inside (interpolation) or past (extrapolation) them
+    cfg = from_yaml("noisy_line", train_size=200, eval_size=60)
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (200, 60) and not set(questions(train)) & set(questions(evals))
+    assert questions(load_datasets(cfg)[0]) == questions(train)
+    rows = list(train) + list(evals)
+    for row in rows:
+        xs = [int(x) for x in re.findall(r"\((-?\d+), ", row["question"])]
+        query = int(re.search(r"at x = (-?\d+)\.", row["question"])[1])
+        assert len(xs) == 4 and xs == sorted(set(xs)) and 0 <= xs[0] and xs[-1] <= 10
+        inside = xs[0] < query < xs[-1] and query not in xs
+        assert row["kind"] == ("interpolation" if inside else "extrapolation") and (inside or query > xs[-1])
+        assert re.fullmatch(r"-?\d+\.\d", row["answer"])
+    share = sum(row["kind"] == "extrapolation" for row in rows) / len(rows)
+    assert 0.35 < share < 0.65  # extrapolate_share 0.5 (and a few rows with no free x inside)
+    # without noise the points lie on the line, and the answer is that line at the query: slope and intercept
+    # from the first two points, y_q = y_0 + (y_1 - y_0) / (x_1 - x_0) * (x_q - x_0)
+    exact = load_datasets(from_yaml("noisy_line", task_params={"noise": 0.0}, train_size=50, eval_size=10))[0]
+    for row in exact:
+        (x0, y0), (x1, y1) = [
+            (int(x), float(y)) for x, y in re.findall(r"\((-?\d+), (-?[\d.]+)\)", row["question"])[:2]
+        ]
+        query = int(re.search(r"at x = (-?\d+)\.", row["question"])[1])
+        # each printed number is rounded to 0.05: y_0 and the answer 0.05 each, the slope 0.1 / (x_1 - x_0)
+        bound = 0.1 + 0.1 * abs(query - x0) / (x1 - x0) + 1e-9
+        assert float(row["answer"]) == pytest.approx(y0 + (y1 - y0) / (x1 - x0) * (query - x0), abs=bound)
+    with pytest.raises(ConfigError, match="extrapolate_share"):
+        load_datasets(from_yaml("noisy_line", task_params={"extrapolate_share": 2.0}))
+
+
 def test_eval_is_topped_up_past_train_duplicates():
     # 1-term "Calculate 7." questions: only 11 distinct ones exist, so train covers most of them.
     params = {"min_terms": 1, "max_terms": 1, "min_digits": 1, "max_digits": 1, "allow_parentheses": False}

@@ -3,6 +3,7 @@ parsable share by hand; the predictions read from sampled completions by ``evalu
 
 from __future__ import annotations
 
+import json
 import math
 import random
 
@@ -18,6 +19,7 @@ from rlpost.evaluation import evaluate as evaluate_module
 from rlpost.evaluation.calibration import calibration_scores, quantile, ranks, spearman
 from rlpost.evaluation.evaluate import evaluate_sampled
 
+from support.runs import TINY_CLI, run_cli
 from support.trainer import TINY, weighted_sum
 
 
@@ -86,3 +88,14 @@ def test_calibration_needs_samples_and_its_column():
         build_run(compose([*TINY, "eval.sets=[{name: s, data: basic_arithmetic, size: 4, calibration: answer}]"]))
     run = build_run(compose([*TINY, "eval.calibration=answer", "eval.samples=2"]))
     assert run.settings.eval.data_columns() == {"eval.calibration": "answer"}
+
+
+def test_dar_recipe_logs_its_reward_and_held_out_calibration_on_the_tiny_model(tmp_path):
+    run_dir = tmp_path / "run"
+    args = ["train", "recipe=dar", *TINY_CLI, "eval.samples=2", "eval.pass_k=[1]", f"hydra.run.dir={run_dir}"]
+    run_cli(args, tmp_path)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = next(r for r in reversed(rows) if "eval/sampled/calibration/parsable" in r)
+    assert final["eval/sampled/calibration/prompts"] <= 4 and 0.0 <= final["eval/sampled/calibration/parsable"] <= 1
+    trained = next(r for r in rows if "loss" in r)
+    assert "rewards/dar/mean" in trained and "dar/parsable" in trained, trained  # the reward and its own figures
