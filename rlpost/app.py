@@ -164,6 +164,13 @@ def unknown_key_error(
         return
     if "/" in match.group(1):  # a config group path, e.g. algorithm/losss=clip
         groups = config_groups()
+        if match.group(1) in groups:  # a real group this command's config does not choose (rlpost eval data/transform=)
+            given = next((o for o in job if o.split("=", 1)[0] == match.group(1)), f"{match.group(1)}=<option>")
+            raise ConfigError(
+                f"rlpost {'train' if config_name == 'config' else config_name.replace('_', '-')} does not choose "
+                f"{match.group(1)} by default; add it with "
+                f"+{given}."
+            )
         close = difflib.get_close_matches(match.group(1), groups, n=1)
         hint = f" Did you mean {close[0]!r}?" if close else ""
         raise ConfigError(f"Unknown config group {match.group(1)!r}.{hint} Config groups: {', '.join(groups)}.")

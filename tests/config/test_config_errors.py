@@ -41,6 +41,11 @@ CASES = [
         ["train", "algorithm/losss=clip"],
         ["Unknown config group 'algorithm/losss'", "Did you mean 'algorithm/loss'?", "algorithm/advantage"],
     ),
+    (  # a real group the tool's config does not choose: Hydra needs it appended, not a near-miss of its own name
+        "group-not-chosen",
+        ["eval", "data/transform=languages"],
+        ["rlpost eval does not choose data/transform by default; add it with +data/transform=languages."],
+    ),
     # unknown keys
     (
         "unknown-train-key",

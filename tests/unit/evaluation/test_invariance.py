@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import math
 
 import pytest
@@ -17,6 +18,7 @@ from rlpost.models.loading import load_model, load_tokenizer
 from rlpost.scoring.correctness import Correctness
 from rlpost.train import train
 
+from support.runs import TINY_CLI, run_cli
 from support.trainer import HASH_REWARD, TINY, make_run, weighted_sum
 
 
@@ -78,3 +80,14 @@ def test_variants_of_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match=r"eval.sets\[0\].variants_of='question' compares correctness verdicts"):
         build_run(compose([*TINY, "eval.sets=[{name: s, data: basic_arithmetic, size: 4, correct_term: null, "
                                   "variants_of: question}]"]))  # fmt: skip
+
+
+def test_air_recipe_logs_variant_metrics_on_the_tiny_model(tmp_path):
+    # recipe=air sets eval.variants_of=intent_id: its 6 held-out intents (21 rows) are scored as groups
+    run_dir = tmp_path / "run"
+    args = [*TINY_CLI, "train.completions_per_step=8", "eval.size=100"]  # 4 prompts: an intent's 4 variants together
+    run_cli(["train", "recipe=air", *args, f"hydra.run.dir={run_dir}"], tmp_path)
+    rows = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    final = next(r for r in reversed(rows) if "eval/variants/groups" in r)
+    assert final["eval/variants/groups"] == 6 and final["eval/num_prompts"] == 21
+    assert 0.0 <= final["eval/variants/group_accuracy"] <= 1.0 and 0.0 <= final["eval/variants/consistency"] <= 1.0
