@@ -56,6 +56,7 @@ def train(
     else:
         train_set, eval_set = load_datasets(run.data, run.data_transform)  # data errors too, before anything is written
     _check_columns(run, train_set, eval_set)
+    _check_samplers(run, train_set)
     held_out = HeldOut(eval_set, [_set_rows(s) for s in run.eval_sets])
     _check_resume(run.settings.resume)
     rundir = RunDirectory(run_dir)
@@ -215,6 +216,23 @@ def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
             raise ConfigError(
                 f"{key}={column!r} is not a column of the eval split; its columns are: {', '.join(eval_set.column_names)}"
             )
+
+
+def _check_samplers(run: BuiltRun, train_set) -> None:
+    """Each component's sampler built once on the training rows, with the batch the trainer will give it (TRL's
+    generation batch: completions_per_step x minibatches), before any model loads: AIR's whole-intent batches
+    refuse an intent with more variants than a generation batch holds prompts."""
+    prompts = run.plan.prompts_per_step * run.settings.train.minibatches
+    for name, component in run.named_components():  # the first sampler wins, as in RLPostTrainer._get_train_sampler
+        try:
+            sampler = component.sampler(
+                train_set, generation_batch_prompts=prompts, num_generations=run.plan.num_generations,
+                seed=run.settings.seed,
+            )  # fmt: skip
+        except ValueError as err:
+            raise ConfigError(f"{name}: {err}") from None
+        if sampler is not None:
+            return
 
 
 def _evaluate(run: BuiltRun, model, tokenizer, held_out: HeldOut, items: list[dict] | None = None) -> dict[str, float]:

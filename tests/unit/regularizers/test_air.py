@@ -386,3 +386,20 @@ def test_three_real_steps_term_only_on_open_variants(tmp_path):
     logs = step_logs(trainer)
     assert len(logs) == 3 and all(log["air/term_abs"] > 0 and 0 < log["air/open_frac"] < 1 for log in logs)
     assert all(log["air/gap"] > 0 for log in logs)  # open variants lag the anchor (reward 1)
+
+
+def test_an_intent_larger_than_a_generation_batch_is_refused_before_the_model_loads(tmp_path, monkeypatch):
+    # capital_france has 4 variants; 4 completions per step at G = 2 are 2 prompts per generation batch
+    from rlpost.core.errors import ConfigError
+    from rlpost.train import train
+
+    def no_model(*_, **__):
+        raise AssertionError("the model loaded before the sampler check")
+
+    monkeypatch.setattr("rlpost.train.load_model", no_model)
+    cfg = compose(["recipe=air", "model=tiny-random", "train.num_generations=2", "train.completions_per_step=4"])
+    with pytest.raises(ConfigError, match="algorithm.regularizers.air: intent 'capital_france' has 4 variants but a "
+                                          "generation batch holds only 2 prompts: raise train.completions_per_step to "
+                                          "at least 8"):  # fmt: skip
+        train(cfg, tmp_path / "run")
+    assert not (tmp_path / "run").exists()  # nothing half-written
