@@ -27,6 +27,7 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 
+from rlpost.core.ranks import average_ranks
 from rlpost.rewards.dar import crps
 
 
@@ -39,26 +40,11 @@ def quantile(xs: Sequence[float], q: float) -> float:
     return s[low] + (s[high] - s[low]) * (pos - low)
 
 
-def ranks(xs: Sequence[float]) -> list[float]:
-    """1-based ranks of ``xs`` [P], tied values sharing their average rank."""
-    order = sorted(range(len(xs)), key=lambda i: xs[i])
-    out = [0.0] * len(xs)
-    start = 0
-    while start < len(order):
-        end = start
-        while end + 1 < len(order) and xs[order[end + 1]] == xs[order[start]]:
-            end += 1
-        for k in range(start, end + 1):
-            out[order[k]] = (start + end) / 2 + 1
-        start = end + 1
-    return out
-
-
 def spearman(a: Sequence[float], b: Sequence[float]) -> float:
     """Spearman's rank correlation of ``a`` and ``b`` [P] (Pearson on average ranks); NaN if undefined."""
     if len(a) < 2:
         return float("nan")
-    ra, rb = ranks(a), ranks(b)
+    ra, rb = average_ranks(a), average_ranks(b)
     ma, mb = sum(ra) / len(ra), sum(rb) / len(rb)
     cov = sum((x - ma) * (y - mb) for x, y in zip(ra, rb))
     var_a, var_b = sum((x - ma) ** 2 for x in ra), sum((y - mb) ** 2 for y in rb)

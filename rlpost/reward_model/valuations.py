@@ -31,6 +31,7 @@ import torch
 
 from rlpost.core.errors import ConfigError
 from rlpost.core.jsonl import json_objects
+from rlpost.core.ranks import average_ranks
 from rlpost.reward_model.pairs import valid_part
 
 FIELDS = ("prompt", "response", "value")
@@ -100,18 +101,6 @@ def with_features(prompt: Any, features: dict[str, Any], conversational: bool) -
     return f"{header}\n{prompt}" if isinstance(prompt, str) else [{"role": "system", "content": header}, *prompt]
 
 
-def average_ranks(x: torch.Tensor) -> torch.Tensor:
-    """Ranks 1..N of ``x [N]``, ties sharing their average rank."""
-    order = torch.argsort(x)
-    ranks = torch.empty_like(x, dtype=torch.float64)
-    ranks[order] = torch.arange(1, len(x) + 1, dtype=torch.float64)
-    for value in torch.unique(x):
-        tied = x == value
-        if tied.sum() > 1:
-            ranks[tied] = ranks[tied].mean()
-    return ranks
-
-
 def pearson(a: torch.Tensor, b: torch.Tensor) -> float:
     """Pearson's r of ``a [N]`` and ``b [N]`` (0 when either is constant)."""
     a, b = a.double() - a.double().mean(), b.double() - b.double().mean()
@@ -125,7 +114,9 @@ def regression_metrics(predicted: torch.Tensor, target: torch.Tensor) -> dict[st
     return {
         "mse": float((predicted.double() - target.double()).pow(2).mean()),
         "pearson": pearson(predicted, target),
-        "spearman": pearson(average_ranks(predicted), average_ranks(target)),
+        "spearman": pearson(
+            torch.tensor(average_ranks(predicted.tolist())), torch.tensor(average_ranks(target.tolist()))
+        ),
         "score_mean": float(predicted.mean()),
         "score_std": float(predicted.std()) if len(predicted) > 1 else 0.0,
         "rows": float(len(predicted)),

@@ -29,25 +29,11 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Annotated, Any, Literal
 
+from rlpost.core.ranks import average_ranks
 from rlpost.core.schema import Range
 from rlpost.rewards.base import REWARDS, ParamError, column
 from rlpost.rewards.group import GroupReward
 from rlpost.rewards.preference import PAIR_TEMPLATE, PairwiseJudging, make_judge
-
-
-def average_ranks(values: list[float]) -> list[float]:
-    """Rank 1 = largest value; tied values share the mean of their ranks. ``[G]`` -> ``[G]``."""
-    order = sorted(range(len(values)), key=lambda i: -values[i])
-    ranks = [0.0] * len(values)
-    k = 0
-    while k < len(order):
-        end = k
-        while end + 1 < len(order) and values[order[end + 1]] == values[order[k]]:
-            end += 1
-        for m in range(k, end + 1):
-            ranks[order[m]] = (k + end) / 2 + 1
-        k = end + 1
-    return ranks
 
 
 @REWARDS.register("rank_judge")
@@ -91,7 +77,7 @@ class RankJudge(GroupReward):
             if p is not None:
                 wins[i] += p
                 wins[j] += 1.0 - p
-        return [(g - r) / (g - 1) for r in average_ranks(wins)]
+        return [(g - r) / (g - 1) for r in average_ranks(wins, descending=True)]
 
     def _anchor(self, prompt: Any, completions: list, rows: dict[str, list]) -> list[float | None]:
         g = len(completions)

@@ -15,8 +15,9 @@ from datasets import Dataset
 from rlpost.app import compose
 from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
+from rlpost.core.ranks import average_ranks
 from rlpost.evaluation import evaluate as evaluate_module
-from rlpost.evaluation.calibration import calibration_scores, quantile, ranks, spearman
+from rlpost.evaluation.calibration import calibration_scores, quantile, spearman
 from rlpost.evaluation.evaluate import evaluate_sampled
 
 from support.runs import TINY_CLI, run_cli
@@ -29,7 +30,7 @@ def test_quantile_matches_numpys_default_and_ranks_average_ties():
         xs = [rng.uniform(-5, 5) for _ in range(rng.randint(1, 9))]
         for q in (0.0, 0.1, 0.25, 0.5, 0.9, 1.0):
             assert quantile(xs, q) == pytest.approx(float(np.quantile(xs, q)))
-    assert ranks([2.0, 10.0, 2.0]) == [1.5, 3.0, 1.5]
+    assert average_ranks([2.0, 10.0, 2.0]) == [1.5, 3.0, 1.5]  # the ranks spearman reads
     assert math.isnan(spearman([1.0], [2.0])) and math.isnan(spearman([1.0, 1.0], [1.0, 2.0]))  # one / a constant
 
 

@@ -17,13 +17,13 @@ from transformers import AutoModelForSequenceClassification, AutoTokenizer
 
 from rlpost import cli
 from rlpost.core.errors import ConfigError
+from rlpost.core.ranks import average_ranks
 from rlpost.models.loading import ModelConfig
 from rlpost.reward_model.pairs import RM_META, encode, render, score_ids
 from rlpost.reward_model.regression import RightPadding, ValuationTask
 from rlpost.reward_model.train import load_classifier
 from rlpost.reward_model.valuations import (
     Valuation,
-    average_ranks,
     feature_names,
     pearson,
     read_valuations,
@@ -50,7 +50,7 @@ def test_target_transform_ranks_and_correlations_by_hand():
     # sign(v) log(1 + |v|): -log 4, 0, log 2, 1
     assert transform_target(values, "signed_log").tolist() == pytest.approx([-math.log(4), 0.0, math.log(2), 1.0])
     assert transform_target(values, "none").tolist() == values.tolist()
-    assert average_ranks(torch.tensor([3.0, 1.0, 3.0, 2.0])).tolist() == [3.5, 1.0, 3.5, 2.0]  # ties share 3 and 4
+    assert average_ranks([3.0, 1.0, 3.0, 2.0]) == [3.5, 1.0, 3.5, 2.0]  # ties share 3 and 4 (rlpost/core/ranks.py)
     # a = (1, 2, 3), b = (2, 4, 7): centred (-1, 0, 1) and (-7/3, -1/3, 8/3); sum ab = 5, sum a^2 = 2,
     # sum b^2 = 114/9 -> r = 5 / sqrt(2 * 114 / 9) = 0.993399
     a, b = torch.tensor([1.0, 2.0, 3.0]), torch.tensor([2.0, 4.0, 7.0])

@@ -9,7 +9,6 @@ import rlpost.components  # noqa: F401
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import build_config
 from rlpost.rewards.base import REWARDS
-from rlpost.rewards.rank_judge import average_ranks
 from rlpost.scoring.terms import build_reward_terms
 
 from support.judges import requests_for
@@ -64,11 +63,6 @@ def test_pairwise_failure_paths(server):  # noqa: F811
         build_reward_terms([{"name": "pairwise_preference", "params": {"template": "{question} {response_a}"}}])
     with pytest.raises(ConfigError, match=r"reward.terms\[0\].params.judge.*backend"):
         build_reward_terms([{"name": "rank_judge", "params": {"judge": {"backend": "gpt"}}}])
-
-
-def test_average_ranks():
-    assert average_ranks([2.5, 0.5, 2.5, 0.5]) == [1.5, 3.5, 1.5, 3.5]
-    assert average_ranks([3.0, 1.0, 2.0]) == [1.0, 3.0, 2.0]
 
 
 def test_rank_judge_self_competitive_by_hand(server):  # noqa: F811
