@@ -20,6 +20,7 @@ from rlpost.algorithms import trainer_class
 from rlpost.analysis.inert import inert_figures
 from rlpost.analysis.plots import plot_curves
 from rlpost.build import build_run
+from rlpost.core.config import check_columns
 from rlpost.core.errors import ConfigError
 from rlpost.core.secrets import install_log_redaction
 from rlpost.data.sources import load_datasets
@@ -187,12 +188,8 @@ def _set_rows(spec) -> Any:
     """An eval set's held-out split (rlpost/evaluation/sets.py), loaded before any model, with the columns its
     readouts name (group_by, variants_of, calibration) checked."""
     rows = load_datasets(spec.data, spec.transform)[1]
-    for key, column in spec.cfg.data_columns().items():
-        if column not in rows.column_names:
-            raise ConfigError(
-                f"{spec.prefix}: {key}={column!r} is not a column of data={spec.cfg.data}'s eval split; its columns "
-                f"are: {', '.join(rows.column_names)}"
-            )
+    named = {f"{spec.prefix}: {key}": column for key, column in spec.cfg.data_columns().items()}
+    check_columns(named, rows.column_names, f"data={spec.cfg.data}'s eval split")
     return rows
 
 
@@ -211,11 +208,7 @@ def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
                     f"reward term {name}: params.{param}={col!r} names no column of the {' and '.join(missing)} data; "
                     f"its columns are: {', '.join(train_set.column_names)}"
                 )
-    for key, column in run.settings.eval.data_columns().items():
-        if column not in eval_set.column_names:
-            raise ConfigError(
-                f"{key}={column!r} is not a column of the eval split; its columns are: {', '.join(eval_set.column_names)}"
-            )
+    check_columns(run.settings.eval.data_columns(), eval_set.column_names, "the eval split")
 
 
 def _check_samplers(run: BuiltRun, train_set) -> None:

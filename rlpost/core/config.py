@@ -87,8 +87,22 @@ class EvalSettings:
 
     def data_columns(self) -> dict[str, str]:
         """``{"eval.<key>": column}``: every held-out data column the evaluation reads (checked before a model loads)."""
-        named = {"group_by": self.group_by, "variants_of": self.variants_of, "calibration": self.calibration}
-        return {f"eval.{key}": column for key, column in named.items() if column is not None}
+        return readout_columns(self, "eval.")
+
+
+def readout_columns(settings: Any, prefix: str = "") -> dict[str, str]:
+    """``{"<prefix><key>": column}`` of the held-out readouts ``settings`` names (``group_by``, ``variants_of``,
+    ``calibration``: the run's ``eval``, an eval set, ``rlpost eval``), the unset ones left out."""
+    keys = ("group_by", "variants_of", "calibration")
+    return {f"{prefix}{key}": getattr(settings, key) for key in keys if getattr(settings, key) is not None}
+
+
+def check_columns(named: dict[str, str], columns: list[str], split: str) -> None:
+    """Each ``{key: column}`` of ``named`` is one of ``columns``, the data of ``split`` ("the eval split"), or a
+    ConfigError naming the key and every column there is."""
+    for key, column in named.items():
+        if column not in columns:
+            raise ConfigError(f"{key}={column!r} is not a column of {split}; its columns are: {', '.join(columns)}")
 
 
 TRACKERS = ("tensorboard", "wandb", "mlflow", "trackio")  # logging.trackers (rlpost/runs/trackers.py)

@@ -51,6 +51,7 @@ from torch.utils.data import Sampler
 
 from rlpost.core.component import Component, ScoringInputs
 from rlpost.core.confdir import compose_options, group_options
+from rlpost.core.config import check_columns
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config, to_container
 from rlpost.data.sources import DataConfig, load_datasets
@@ -468,12 +469,7 @@ class Mixture(Component):
                                 f"{where}: reward term {name}: params.{param}={col!r} names no column of its {split} "
                                 f"data; its columns are: {', '.join(data.column_names)}"
                             )
-            for key, column in (eval_columns or {}).items():
-                if column not in held.column_names:
-                    raise ConfigError(
-                        f"{key}={column!r} is not a column of {where}'s eval split; its columns are: "
-                        f"{', '.join(held.column_names)}"
-                    )
+            check_columns(eval_columns or {}, held.column_names, f"{where}'s eval split")
             train_rows += [{**row, SOURCE_COLUMN: source.name} for row in train.to_list()]
             eval_rows += [{**row, SOURCE_COLUMN: source.name} for row in held.to_list()]
         return union_dataset(train_rows, needed), union_dataset(eval_rows, needed)

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from typing import Annotated, Any
 
 from rlpost.core.confdir import CONF_DIR, compose_options, group_options
+from rlpost.core.config import readout_columns
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range, build_config, to_container
 from rlpost.data.sources import DataConfig
@@ -68,8 +69,7 @@ class EvalSetConfig:
 
     def data_columns(self) -> dict[str, str]:
         """``{"<key>": column}``: every held-out data column the set's evaluation reads."""
-        named = {"group_by": self.group_by, "variants_of": self.variants_of, "calibration": self.calibration}
-        return {key: column for key, column in named.items() if column is not None}
+        return readout_columns(self)
         if self.majority_answer is not None and self.majority_answer not in ANSWER_CHOICES:
             raise ValueError(f"majority_answer={self.majority_answer!r}; valid: {', '.join(ANSWER_CHOICES)} (or null)")
 

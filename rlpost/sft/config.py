@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, fields
 from typing import Annotated, Any
 
-from rlpost.core.config import EvalSettings, HardwareConfig, LoggingSettings
+from rlpost.core.config import EvalSettings, HardwareConfig, LoggingSettings, check_columns
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.data.sources import DataConfig
@@ -198,8 +198,4 @@ def _check_columns(run: BuiltRun, eval_set) -> None:
                     f"reward term {name}: params.{param}={col!r} names no column of the held-out data; "
                     f"its columns are: {', '.join(columns)}"
                 )
-    for key, column in run.settings.eval.data_columns().items():
-        if column not in columns:
-            raise ConfigError(
-                f"{key}={column!r} is not a column of the eval split; its columns are: {', '.join(columns)}"
-            )
+    check_columns(run.settings.eval.data_columns(), columns, "the eval split")

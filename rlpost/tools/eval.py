@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Annotated, Any
 
 from rlpost.app import launch, tool
+from rlpost.core.config import check_columns, readout_columns
 from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.models.prism import ComposeSettings, check_compose
@@ -60,13 +61,7 @@ def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
         raise ConfigError(
             f"Invalid majority_answer={s.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
-    named = {"group_by": s.group_by, "variants_of": s.variants_of, "calibration": s.calibration}
-    for key, column in named.items():
-        if column is not None and column not in dataset.column_names:
-            raise ConfigError(
-                f"{key}={column!r} is not a column of the {s.split} split; its columns are: "
-                f"{', '.join(dataset.column_names)}"
-            )
+    check_columns(readout_columns(s), dataset.column_names, f"the {s.split} split")
     if s.variants_of is not None:
         if not s.greedy:
             raise ConfigError(f"variants_of={s.variants_of!r} compares the greedy verdicts; set greedy=true.")
