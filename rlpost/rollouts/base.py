@@ -148,6 +148,7 @@ class RolloutContext:
         step: int,
         seed: int,
         policy_logprobs: Callable[[list[list[int]], list[list[int]]], tuple[torch.Tensor, torch.Tensor]],
+        prompt_ids: Callable[[list], list[list[int]]],
         log: Callable[[str, float], None],
     ):
         # (prompts [M], rows [M] or None) -> TRL's _generate output for one completion per prompt
@@ -162,6 +163,9 @@ class RolloutContext:
         # (prompt_ids [M] lists, completion_ids [M] lists) -> (logps [M, T], mask [M, T]): one no-grad forward of the
         # policy, each completion after its prompt (left-padded), T the longest completion
         self.policy_logprobs = policy_logprobs
+        # prompts [M] (texts or message lists) -> their token ids [M] as the trainer renders a prompt for generation
+        # (the run's chat template with the assistant header): a context to score tokens after, without sampling
+        self.prompt_ids = prompt_ids
         self._log = log  # (metric name, value): the trainer's training metrics
 
     def generate(self, prompts: list, kind: str = NATURAL, rows: list[dict] | None = None) -> Rollouts:

@@ -125,6 +125,7 @@ class RolloutSeams(SeamBase):
             step=self.state.global_step,
             seed=self.args.seed,
             policy_logprobs=self._rollout_token_logprobs,
+            prompt_ids=lambda prompts: [list(ids) for ids in self._tokenize_prompts(prompts)[0]],
             log=lambda name, value: self.record_metric("train", name, value),
         )
 

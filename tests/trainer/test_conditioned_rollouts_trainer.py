@@ -1,5 +1,5 @@
 """The conditioned second rollouts (rlpost/rollouts/conditioned.py) through the real RLPostTrainer (tiny model,
-2 steps): DITTO's feedback, HindSearch's critique, RISE-RL's guidance and StructPO's stage-wise
+2 steps): DITTO's feedback, RISE-RL's guidance and StructPO's stage-wise
 revision are sampled under their conditioned prompt and trained under the original one
 (tests/support/rollouts.py holds the harness)."""
 
@@ -12,8 +12,6 @@ import torch
 
 from rlpost.losses.base import (
     GUIDED,
-    HINDSIGHT_TEACHER_LOGPS,
-    HINDSIGHT_WEIGHT,
     KEEP,
     NUM_TOKENS,
     REWARDS,
@@ -21,7 +19,7 @@ from rlpost.losses.base import (
 )
 
 from support.judges import requests_for
-from support.rollouts import ROWS, check_trained_under_original_prompt, data_files, logged, original_prompt_ids, train
+from support.rollouts import check_trained_under_original_prompt, data_files, logged, train
 
 
 def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tmp_path, generate_calls, server):
@@ -50,42 +48,6 @@ def test_feedback_refine_trains_the_refined_rollout_under_the_original_prompt(tm
     for kind in ("natural", "conditioned"):
         rows = torch.tensor([k == kind for k in batch["kinds"]])
         assert logged(trainer, f"rlpost/rollout/{kind}_reward")[-1] == pytest.approx(float(reward[rows].mean()))
-
-
-@pytest.mark.parametrize("sees_gold", [True, False])
-def test_hindsight_critique_distils_the_critique_guided_retry_out_of_the_group(
-    tmp_path, generate_calls, server, sees_gold
-):
-    # HindSearch (seed 000 #12): a frozen writer (an endpoint here) critiques each failed rollout, with the gold
-    # answer unless ablated; the guided retry leaves the GRPO group and is trained by the distillation term only
-    writer = ["algorithm.rollout.writer.backend=openai", f"algorithm.rollout.writer.base_url={server}/feedback/v1"]
-    trainer = train(
-        [*data_files(tmp_path), "algorithm/rollout=hindsight_critique", *writer,
-         "eval.correct_term=callable", "algorithm.rollout.fail_below=1.01",  # the hash reward is < 1: all failed
-         f"algorithm.rollout.judge_sees_gold={str(sees_gold).lower()}"],
-        tmp_path,
-    )  # fmt: skip
-    assert check_trained_under_original_prompt(trainer, generate_calls, in_group=False) == 4  # k=2 x 2 groups
-    strategy, batch = trainer.run.algorithm.rollout, trainer.batches[-1]
-    for slot, request in strategy.last.items():
-        attempt = batch["texts"][request.source]
-        assert request.prompt[-2] == {"role": "assistant", "content": attempt}  # the failed attempt, then ...
-        # ... the writer's critique of that attempt (it quotes it), not a template with the answer
-        assert request.note.startswith(f"A reviewer's critique of your response: Your response '{attempt[:30]}'")
-        # the teacher scored the retry after the critique-conditioned prompt c it was sampled under
-        assert strategy.teacher_prompts[slot] == original_prompt_ids(trainer, request.prompt)
-    asks = [e["prompt"] for e in requests_for("feedback")]
-    assert len(asks) == 8 and all("Response: " in a for a in asks)  # 2 steps x 2 groups x k=2 failed rollouts
-    golds = {f"Reference: {r['answer']}" for r in ROWS}
-    assert all(any(a.endswith(g) for g in golds) == sees_gold for a in asks)
-    assert logged(trainer, "rlpost/rollout/hindsight_critique/failed_frac") == [1.0, 1.0]
-    assert all(v > 0 for v in logged(trainer, "rlpost/rollout/hindsight_critique/critique_chars_mean"))
-    assert all(math.isfinite(v) for v in logged(trainer, "rlpost/rollout/hindsight_critique/retry_reward"))
-    assert all(math.isfinite(v) for v in logged(trainer, "rlpost/rollout/hindsight_critique/opd_kl"))
-    assert all(v < 0 for v in logged(trainer, "rlpost/rollout/hindsight_critique/teacher_logp"))
-    # the trainer added exactly the declared keys of what ran: its own and the strategy's score_rollouts ones
-    added = batch["keys"] - TRL_LOSS_BATCH_KEYS
-    assert added == {KEEP, REWARDS, NUM_TOKENS, HINDSIGHT_WEIGHT, HINDSIGHT_TEACHER_LOGPS}
 
 
 def test_rubric_guidance_keeps_only_privileged_rollouts_that_beat_the_natural_mean(tmp_path, generate_calls):

@@ -18,6 +18,7 @@ from rlpost.build import build_run
 from rlpost.core.errors import ConfigError
 from rlpost.data.sources import load_datasets
 from rlpost.models.loading import load_model, load_tokenizer
+from rlpost.rollouts.hindsight_critique import teacher_context
 
 from support.judges import requests_for
 from support.trainer import TINY, grpo_args, step_logs
@@ -276,10 +277,10 @@ def test_skiller_skill_documents_train_against_a_frozen_executor_and_a_critic(tm
     assert (tmp_path / "checkpoint-2").is_dir()  # no environment state to save: the executor is frozen
 
 
-def test_hindsearch_retries_are_search_episodes_distilled_out_of_the_group(tmp_path, server):
-    # HindSearch (seed 000 #12) on the search environment: every natural episode of the random model fails, the
-    # writer (an endpoint) critiques its transcript with the gold answer, and the retry is an episode of its own
-    # that starts from the critique (it may call <search>); it leaves the group and trains through the OPD term
+def test_hindsearch_distils_the_failed_search_episodes_own_turns(tmp_path, server):
+    # HindSearch (seed 000 #12) on the search environment: every episode of the random model fails, the writer (an
+    # endpoint) critiques its transcript with the gold answer, and the policy reading the environment's first
+    # messages plus the critique is the teacher on that episode's own turns (its searches and answer)
     writer = ["algorithm.rollout.writer.backend=openai", f"algorithm.rollout.writer.base_url={server}/feedback/v1"]
     overrides = ["data=search_qa", "data/env=search", "reward=env", "algorithm/rollout=hindsight_critique", *writer]
     trainer, train_set = env_trainer([*overrides, "train.steps=2"], tmp_path)
@@ -288,17 +289,19 @@ def test_hindsearch_retries_are_search_episodes_distilled_out_of_the_group(tmp_p
     trainer.model.train()
     output = trainer._generate_and_score_completions(inputs)
     strategy, kinds = trainer.run.algorithm.rollout, trainer.batch.kinds
-    assert kinds == ["natural", "natural", "conditioned", "conditioned"] * 2  # k=2 retries per group
-    for slot, request in strategy.last.items():
-        start = inputs[slot]["rlpost_env_start"]  # the retry episode's first messages (the environment's reset)
-        assert start[0]["role"] == "system" and "<search>" in start[0]["content"]  # it may search
-        assert start[-1] == {"role": "user", "content": request.note} and start[-2]["role"] == "assistant"
-        assert start[-2]["content"].startswith("assistant: ")  # the failed episode's transcript
-        assert request.note.startswith("A reviewer's critique of your response: Your response 'assistant: ")
-        assert output["rlpost_hindsight_weight"][slot] == 1.0 and torch.isnan(output["rlpost_rewards"][slot])
+    assert kinds == ["critiqued", "critiqued", "natural", "natural"] * 2  # the first 2 failed episodes per group
+    for slot, note in strategy.notes.items():
+        start = inputs[slot]["rlpost_env_start"]  # the episode's first messages (the environment's reset)
+        assert start[0]["role"] == "system" and "<search>" in start[0]["content"]  # the teacher reads the tools' rules
+        assert note.startswith(
+            "Hindsight from a reviewer who saw an attempt at this question fail: Your response 'assistant: "
+        )
+        c = teacher_context(start, note)
+        assert c[:-1] == start[:-1] and c[-1]["content"] == f"{start[-1]['content']}\n\n{note}"
+        assert strategy.teacher_prompts[slot] == list(trainer._tokenize_prompts([c])[0][0])
+        # the episode stays a GRPO row with its own reward, and carries the term on its own policy tokens
+        assert output["rlpost_hindsight_weight"][slot] == 1.0 and torch.isfinite(output["rlpost_rewards"][slot])
         assert (output["rlpost_hindsight_teacher_logps"][slot] * output["completion_mask"][slot] < 0).any()
-        # trained under x: the natural episode's prompt ids (system message, question and tools)
-        assert output["prompt_ids"][slot].tolist() == output["prompt_ids"][slot - 2].tolist()
     asks = [e["prompt"] for e in requests_for("feedback")]  # rows 0, 1 (group 0) and 4, 5 (group 1) failed
     assert len(asks) == 4 and all(a.endswith(f"Reference: {inputs[i]['answer']}") for a, i in zip(asks, [0, 1, 4, 5]))
     trainer.train()

@@ -1,5 +1,6 @@
 """HindSearch (seed 000 #12, rlpost/rollouts/hindsight_critique.py): the on-policy distillation term by hand,
-the critique writer's prompt with and without the gold answer, and the retry rows leaving the GRPO group."""
+the critique writer's prompt with and without the gold answer, the teacher context, and the critiqued rows
+staying in the GRPO group."""
 
 from __future__ import annotations
 
@@ -7,7 +8,7 @@ import pytest
 import torch
 
 from rlpost.losses.base import LossInputs
-from rlpost.rollouts.hindsight_critique import TEACHER, WEIGHT, HindsightCritique, hindsight_opd
+from rlpost.rollouts.hindsight_critique import KIND, TEACHER, WEIGHT, HindsightCritique, hindsight_opd, teacher_context
 
 
 def strategy(**overrides) -> HindsightCritique:
@@ -15,10 +16,10 @@ def strategy(**overrides) -> HindsightCritique:
 
 
 def test_opd_term_by_hand():
-    # loss_t = w_i * sg(s_t - t_t) * s_t (s: student log pi(z_t | x), t: teacher log pi(z_t | c))
+    # loss_t = w_i * sg(s_t - t_t) * s_t (s: student log pi(y_t | x), t: teacher log pi(y_t | c))
     s = torch.tensor([[-1.0, -2.0], [-0.5, -0.5]], requires_grad=True)
     t = torch.tensor([[-0.5, -3.0], [0.0, 0.0]])
-    w = torch.tensor([2.0, 0.0])  # row 1 is a natural rollout: no term
+    w = torch.tensor([2.0, 0.0])  # row 1 got no critique: no term
     loss, delta = hindsight_opd(s, t, w, torch.ones(2, 2))
     # row 0: delta = (-1 + 0.5, -2 + 3) = (-0.5, 1.0); loss = 2 * (-0.5 * -1, 1.0 * -2) = (1.0, -4.0)
     assert delta.tolist() == [[-0.5, 1.0], [0.0, 0.0]]
@@ -31,7 +32,7 @@ def test_opd_term_by_hand():
     assert delta.tolist() == [[-0.5, 0.0], [0.0, 0.0]] and loss.tolist() == [[1.0, 0.0], [0.0, 0.0]]
 
 
-def test_loss_term_reads_the_scored_batch_and_logs_kl_per_retry_token():
+def test_loss_term_reads_the_scored_batch_and_logs_kl_per_critiqued_token():
     s = torch.tensor([[-1.0, -2.0, -4.0], [-0.5, -0.5, -0.5]])
     x = LossInputs(
         logps=s,
@@ -51,11 +52,10 @@ def test_loss_term_reads_the_scored_batch_and_logs_kl_per_retry_token():
     assert strategy().loss_term(x) == (None, {})
 
 
-def test_score_rollouts_scores_each_retry_after_its_critique_prompt_through_the_policy_callable():
-    # score_rollouts reads a ScoringInputs, never the trainer: the retry rows' completions (their counted tokens,
-    # the width of the batch) go to policy_logprobs after the prompt of c each was sampled under
+def test_score_rollouts_scores_each_critiqued_rollouts_own_tokens_after_its_teacher_context():
+    # score_rollouts reads a ScoringInputs, never the trainer: the critiqued rows' own completions (their counted
+    # tokens, the width of the batch) go to policy_logprobs after the prompt ids of their teacher context c
     from rlpost.core.component import ScoringInputs
-    from rlpost.rollouts.conditioned import KIND
 
     calls = []
 
@@ -64,7 +64,7 @@ def test_score_rollouts_scores_each_retry_after_its_critique_prompt_through_the_
         return torch.full((len(prompts), width), -0.5), torch.ones(len(prompts), width)
 
     hindsight = strategy(opd_coef=2.0)
-    hindsight.teacher_prompts = {1: [7, 8, 9]}  # row 1 is the retry, sampled after c = [7, 8, 9]
+    hindsight.teacher_prompts = {1: [7, 8, 9]}  # row 1 failed and got a critique: c = [7, 8, 9]
     output = {
         "completion_ids": torch.tensor([[1, 2, 0], [3, 4, 0]]),
         "completion_mask": torch.tensor([[1, 1, 0], [1, 1, 0]]),
@@ -89,11 +89,25 @@ def test_the_writer_sees_the_gold_answer_only_with_hindsight():
     assert "Osk" not in blind and "Reference" not in blind and blind.endswith("Response: Lund")
 
 
-def test_retries_leave_the_grpo_group():
+def test_critiqued_rows_stay_in_the_grpo_group_and_count_as_active():
+    # the earlier, off-policy version took its retries out of the group (NaN); the critiqued rows are the
+    # student's own rollouts and keep their reward: the activity figure is the share of rows carrying the term
     rewards = torch.tensor([0.0, 1.0, 1.0, 0.0])
-    kinds = ["natural", "natural", "conditioned", "conditioned"]
+    kinds = [KIND, "natural", "natural", KIND]
     adjusted, _ = strategy().adjust_rewards(rewards, kinds, [{}] * 4, ["a"] * 4, 4)
-    assert adjusted[:2].tolist() == [0.0, 1.0] and adjusted[2:].isnan().all()
+    assert adjusted.tolist() == [0.0, 1.0, 1.0, 0.0]
+    assert strategy().activity(kinds, rewards, adjusted) == 0.5  # 2 of 4 rows critiqued
+    assert strategy().baseline_rows(4) == 4
+
+
+def test_the_teacher_context_appends_the_critique_to_the_user_turn():
+    note = "Hindsight: the sum is wrong."
+    assert teacher_context("What is 3 + 4?", note) == "What is 3 + 4?\n\nHindsight: the sum is wrong."
+    episode = [{"role": "system", "content": "Use <search>."}, {"role": "user", "content": "Where was Ada born?"}]
+    assert teacher_context(episode, note) == [
+        {"role": "system", "content": "Use <search>."},
+        {"role": "user", "content": "Where was Ada born?\n\nHindsight: the sum is wrong."},
+    ]
 
 
 def test_bad_templates_are_refused():
