@@ -194,8 +194,8 @@ def _set_rows(spec) -> Any:
 
 
 def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
-    """Every dataset column a reward term or ``eval.*`` (group_by, variants_of, calibration) names exists, before any
-    model loads."""
+    """Every dataset column a reward term, ``eval.*`` (group_by, variants_of, calibration) or a component
+    (``Component.training_columns``) names exists, before any model loads."""
     for name, func in zip(run.reward.names, run.reward.funcs):
         for param, col in func.data_columns():
             missing = [
@@ -209,6 +209,8 @@ def _check_columns(run: BuiltRun, train_set, eval_set) -> None:
                     f"its columns are: {', '.join(train_set.column_names)}"
                 )
     check_columns(run.settings.eval.data_columns(), eval_set.column_names, "the eval split")
+    for component in run.components():  # e.g. pmi_tokens' answer_column, hindsight_critique's gold_column
+        check_columns(component.training_columns(), train_set.column_names, "the training data")
 
 
 def _check_samplers(run: BuiltRun, train_set) -> None:

@@ -1,37 +1,50 @@
 """``pmi_tokens``: P-GRPO, progressive PMI-inspired token-level modulation of GRPO (seed 000 #22).
 
-The group advantage of a completion is redistributed over its tokens by how characteristic each
-token is of the group's successful (A > 0) or failed (A < 0) completions, and the modulation is
-ramped in over training::
+The group advantage of a completion is redistributed over its tokens by each token's pointwise mutual
+information with the outcome, and the modulation is ramped in over training::
 
-    A_i        = GroupNorm(r)_i                                         GRPO advantage
-    p_P(v)     = (c_P(v) + a) / (n_P + a V),  p_all(v) = (c(v) + a) / (n + a V)   token counts in the group
-    pmi_{i,t}  = log p_{S_i}(y_{i,t}) / p_all(y_{i,t})                 S_i = P (A_i > 0) or N (A_i < 0)
-    u_{i,t}    = exp(lam_k * clip(pmi_{i,t}, -c, c)),   w_{i,t} = u_{i,t} / mean_t(u_{i,t})
-    A_{i,t}    = A_i * w_{i,t}                                          [N, T]
-    lam_k      = strength * min(1, k / ramp_steps)                      k = batches seen, this one included
+    A_i        = GroupNorm(r)_i                                          GRPO advantage
+    pmi_{i,t}  = log pi(y_t | x (+) h_i, y_<t) - log pi(y_t | x, y_<t)     estimator "model" (the default)
+    s_{i,t}    = sign(A_i) * pmi_{i,t}
+    u_{i,t}    = exp(lam_k * clip(s_{i,t}, -c, c)),   w_{i,t} = u_{i,t} / mean_t(u_{i,t})
+    A_{i,t}    = A_i * w_{i,t}                                           [N, T]
+    lam_k      = strength * min(1, k / ramp_steps)                       k = batches seen, this one included
 
-c(v) counts token id v over the valid tokens of the counting scope, c_P(v) over those of its
-positive completions (n, n_P their totals), V = distinct token ids in the scope, a = ``smoothing``.
-The scope (``scope``) is the whole generation batch by default (``batch``): successes and failures of
-every group, each completion's set chosen by the sign of its own group's advantage; ``group`` counts
-inside each group only. The mean
-of w over a completion's tokens is 1, so each completion keeps its GRPO advantage in total (sum_t
-A_{i,t} = T_i A_i); only the credit per token changes. ``strength: 0`` is GRPO exactly.
+x (+) h_i is the prompt with ``hint`` (filled with the row's ``answer_column``: "The correct answer is
+7.") appended to its user turn, both log-probs under the rollout policy (the trainer's no-grad forwards:
+the ``hinted_logps`` and ``logps`` rollout statistics). pmi_{i,t} is the PMI between token y_t and the
+correct answer a in the policy's own context, log p(y_t | a, x, y_<t) / p(y_t | x, y_<t): a token the
+answer makes likelier carries information about reaching it. In a success (A > 0) those tokens take
+more of the credit; in a failure (A < 0) the tokens the answer makes *less* likely (pmi < 0: where the
+completion turns away from the answer) take more of the blame. The mean of w over a completion's tokens
+is 1, so each completion keeps its GRPO advantage in total (sum_t A_{i,t} = T_i A_i); only the credit per
+token changes. ``strength: 0`` is GRPO exactly.
+
+``estimator: counts`` is the earlier, model-free reading: PMI between a token *id* and the outcome set,
+counted over the batch (or each group, ``scope``)::
+
+    p_P(v)     = (c_P(v) + a) / (n_P + a V),  p_all(v) = (c(v) + a) / (n + a V)
+    pmi_{i,t}  = log p_{S_i}(y_{i,t}) / p_all(y_{i,t})                  S_i = P (A_i > 0) or N (A_i < 0)
+    u_{i,t}    = exp(lam_k * clip(pmi_{i,t}, -c, c))                    (the failed set's PMI: no sign flip)
+
+c(v) counts token id v over the valid tokens of the scope, c_P(v) over those of its positive completions,
+V = distinct ids, a = ``smoothing``. It ignores context: a digit right in one problem is wrong in the next,
+and pooled across different prompts its counts are mostly noise (SEED-READINGS 000 #22); it stays for
+data without a gold answer and as the ablation.
 
 Choices where the abstract is silent:
-- "PMI" is between a token and the outcome: log p(token | success) / p(token), the cheapest reading
-  that needs no extra forward pass (a context-free PMI log p(y_t|x,y<t) - log p(y_t|y<t) would need
-  one without the prompt); failures use the failed set's PMI, so tokens typical of failures take more
-  of the blame. Counted over the batch by default: inside one group of G short completions a token
-  rarely repeats, and a token seen once has the same PMI as every other (log n / n_P), so in-group
-  counts give back GRPO's uniform credit; across the batch's groups the recurring tokens of successes
-  (and of failures) separate. A batch whose tokens never repeat at all is GRPO under either scope.
+- "PMI-inspired" is read as PMI between a token and the correct answer, estimated by the policy itself
+  with the answer in context (the abstract's cold start trains on *answer-conditioned* chains of
+  thought, so an answer-conditioned pass of the same model is the natural estimator). It costs two
+  no-grad forwards per batch (with and without the hint). A row whose answer column is empty gets
+  pmi = 0 (GRPO's uniform credit).
 - "Progressive" is a linear ramp of the modulation strength over ``ramp_steps`` generation batches
   (0 = full strength at once); the batch count is saved in checkpoints.
 - Weights are normalized per completion (mean 1 over its valid tokens) so sequence-level credit and
   the loss scale are GRPO's; ``clip`` bounds a single token's weight before normalization.
-- Metrics: ``pmi/strength`` (lam_k), ``pmi/weight_max`` and ``pmi/weight_std`` over valid tokens.
+- Metrics: ``pmi/strength`` (lam_k), ``pmi/weight_max`` and ``pmi/weight_std`` over valid tokens,
+  ``pmi/abs_mean`` (mean |pmi| over valid tokens: how much the answer moves the policy's token choices).
+- Absent: the agent-routing workflow (agent selection and specialization) and the cold start itself.
 """
 
 from __future__ import annotations
@@ -44,6 +57,16 @@ import torch
 from rlpost.advantages.base import ADVANTAGES, Advantage, GroupBatch
 from rlpost.advantages.group_norm import GroupNorm
 from rlpost.core.schema import Range
+
+HINTED = "hinted_logps"  # the rollout statistic: log pi(y_t | x (+) hint(row), y_<t) [N, T]
+
+
+def answer_pmi(logps: torch.Tensor, hinted: torch.Tensor, mask: torch.Tensor) -> torch.Tensor:
+    """logps [N, T] log pi(y_t | x, y_<t), hinted [N, T] log pi(y_t | x (+) hint, y_<t), mask [N, T] bool -> pmi [N, T]
+    (float64; 0 off the mask, and on rows without a hint: the trainer leaves their hinted log-probs NaN)."""
+    t = mask.size(1)
+    pmi = hinted[:, :t].double() - logps[:, :t].double()
+    return torch.where(mask & ~torch.isnan(pmi), pmi, torch.zeros_like(pmi))
 
 
 def token_pmi(ids: torch.Tensor, mask: torch.Tensor, sign: torch.Tensor, smoothing: float) -> torch.Tensor:
@@ -78,22 +101,39 @@ class PMITokens(Advantage):
 
     @dataclass(frozen=True)
     class Config:
+        estimator: Literal["model", "counts"] = "model"  # PMI with the answer by the policy, or token-id counts
+        answer_column: str = "answer"  # model: the data column with the correct answer
+        hint: str = "The correct answer is {answer}."  # model: appended to x's user turn; {answer}
         strength: Annotated[float, Range(ge=0)] = 1.0  # lam at full ramp: exponent of the PMI weight (0 = GRPO)
         ramp_steps: Annotated[int, Range(ge=0)] = 10  # generation batches to reach full strength (0 = from the start)
         smoothing: Annotated[float, Range(ge=0)] = 1.0  # additive (Laplace) smoothing of the token counts
         clip: Annotated[float, Range(gt=0)] = 2.0  # |PMI| cap before the weight is formed
-        scope: Literal["batch", "group"] = "batch"  # where tokens are counted: the whole batch, or each group
+        scope: Literal["batch", "group"] = "batch"  # counts: where tokens are counted (the batch, or each group)
         scale: Literal["group", "batch", "none"] = "group"  # base advantage: group_norm's std scaling
         eps: Annotated[float, Range(ge=0)] = 1e-4  # base advantage: added to the std
 
         def __post_init__(self) -> None:
             if self.strength < 0 or self.ramp_steps < 0 or self.smoothing < 0 or self.clip <= 0:
                 raise ValueError("strength, ramp_steps and smoothing must be >= 0, clip > 0")
+            if "{answer}" not in self.hint:
+                raise ValueError("hint must contain {answer} (where the row's answer goes)")
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
         self.base = GroupNorm(GroupNorm.Config(scale=self.cfg.scale, eps=self.cfg.eps))
         self.count = 0  # generation batches seen
+        if cfg.estimator == "model":  # the trainer's no-grad forwards with and without the hint
+            self.requires = frozenset({"logps", HINTED})
+
+    def hint(self, row: dict[str, Any]) -> str | None:
+        """The text appended to x's user turn for the hinted forward (None: the row has no answer)."""
+        answer = row.get(self.cfg.answer_column)
+        if answer is None or str(answer).strip() == "":
+            return None
+        return self.cfg.hint.format(answer=answer)
+
+    def training_columns(self) -> dict[str, str]:
+        return {"algorithm.advantage.answer_column": self.cfg.answer_column} if self.cfg.estimator == "model" else {}
 
     def state_dict(self) -> dict[str, Any]:
         return {"count": self.count}
@@ -112,16 +152,21 @@ class PMITokens(Advantage):
         self.count += 1
         lam = self.strength()
         mask = batch.completion_mask > 0
-        ids = batch.completion_ids[:, : mask.size(1)].cpu()
         sign = torch.sign(base).cpu()
-        size = g if cfg.scope == "group" else len(base)  # rows counted together
-        pmi = torch.cat(
-            [
-                token_pmi(ids[k : k + size], mask[k : k + size].cpu(), sign[k : k + size], cfg.smoothing)
-                for k in range(0, len(base), size)
-            ]
-        )
-        u = torch.exp(lam * pmi.clamp(-cfg.clip, cfg.clip)) * mask.cpu()
+        if cfg.estimator == "model":
+            pmi = answer_pmi(batch.extras["logps"], batch.extras[HINTED], mask).cpu()
+            score = sign.unsqueeze(1) * pmi  # successes credit, failures blame, by agreement with the answer
+        else:
+            ids = batch.completion_ids[:, : mask.size(1)].cpu()
+            size = g if cfg.scope == "group" else len(base)  # rows counted together
+            pmi = torch.cat(
+                [
+                    token_pmi(ids[k : k + size], mask[k : k + size].cpu(), sign[k : k + size], cfg.smoothing)
+                    for k in range(0, len(base), size)
+                ]
+            )
+            score = pmi
+        u = torch.exp(lam * score.clamp(-cfg.clip, cfg.clip)) * mask.cpu()
         per_row = u.sum(1, keepdim=True) / mask.cpu().sum(1, keepdim=True).clamp(min=1)
         weights = torch.where(mask.cpu(), u / per_row.clamp(min=1e-12), torch.ones_like(u)).to(base.device, base.dtype)
         advantages = base.unsqueeze(1) * weights
@@ -130,6 +175,7 @@ class PMITokens(Advantage):
         metrics.update(
             {
                 "pmi/strength": lam,
+                "pmi/abs_mean": float(pmi[mask.cpu()].abs().mean()) if mask.any() else 0.0,
                 "pmi/weight_max": float(valid_w.max()) if valid_w.numel() else 1.0,
                 "pmi/weight_std": float(valid_w.std()) if valid_w.numel() > 1 else 0.0,
                 "advantage/abs_mean": float(token_adv.abs().mean()) if token_adv.numel() else 0.0,
@@ -138,9 +184,14 @@ class PMITokens(Advantage):
         )
         return advantages, metrics
 
+    def describe_pmi(self) -> str:
+        if self.cfg.estimator == "model":
+            return f"sign(A_i) * PMI(token; answer) by the policy with {self.cfg.answer_column!r} in context"
+        return f"PMI(token id; success|failure counted over the {self.cfg.scope})"
+
     def describe(self) -> str:
         c = self.cfg
         return (
-            f"A[i, t] = GRPO A_i * w[i, t], w = exp(lam * clip(PMI(token; success|failure in {c.scope}), {c.clip:g})) "
+            f"A[i, t] = GRPO A_i * w[i, t], w = exp(lam * clip({self.describe_pmi()}, {c.clip:g})) "
             f"normalized to mean 1 per completion, lam ramped to {c.strength:g} over {c.ramp_steps} batches"
         )

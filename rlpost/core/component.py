@@ -8,6 +8,8 @@ default, so they call it on every component and never probe for it:
 
     requires           set by a component       rollout statistics the trainer computes for it
     check_run(run)     build.check_run          cross-group checks against the built run
+    training_columns() rlpost/train.py          the training data's columns it reads, checked before the model loads
+    hint(row)          trainer stage 3          with requires={"hinted_logps"}: the text added to x's user turn
     config_warnings(run)  rlpost show           settings under which it cannot act (its activity stays 0)
     inert_reason(rows, run)  rlpost train's summary  why its activity figure stayed 0 for a whole run
     describe()         rlpost show              the component's formula in one line
@@ -80,7 +82,9 @@ class ScoringInputs:
 
 
 # what a component may list in ``requires`` (the trainer fills GroupBatch.extras / token_text with them)
-ROLLOUT_STATISTICS = frozenset({"entropies", "logps", "ref_logps", "token_text"})
+# hinted_logps: log-probs of the sampled tokens after x with the component's ``hint(row)`` text appended to its
+# user turn (NaN on rows whose hint is None); one component at most may provide it
+ROLLOUT_STATISTICS = frozenset({"entropies", "logps", "ref_logps", "token_text", "hinted_logps"})
 
 
 class Component:
@@ -118,6 +122,16 @@ class Component:
         """Cross-group checks against the built run (reward terms it names, a reference model it needs, G);
         raise ``ConfigError``. Called by ``build.check_run`` for every component before any model loads.
         ``run`` is an ``rlpost.run.BuiltRun`` (not imported here: run.py imports the component kinds)."""
+
+    def hint(self, row: dict[str, Any]) -> str | None:
+        """With ``requires`` naming ``hinted_logps``: the text appended to the user turn of this row's prompt for the
+        trainer's hinted forward (None: no hint for this row, its hinted log-probs stay NaN)."""
+        return None
+
+    def training_columns(self) -> dict[str, str]:
+        """The training data's columns this component reads, ``{its config key: column}``; checked against the
+        loaded data before any model loads (rlpost/train.py). Default: none."""
+        return {}
 
     def config_warnings(self, run: Any) -> list[str]:
         """Settings visible from the config alone under which this component cannot act (its activity figure would

@@ -144,6 +144,9 @@ class HindsightCritique(RolloutStrategy):
 
             check_weights_available(self.writer.cfg.model, "algorithm.rollout.writer.model")
 
+    def training_columns(self) -> dict[str, str]:
+        return {"algorithm.rollout.gold_column": self.cfg.gold_column}
+
     def scores(self, prompts: list, completions: list, rows: list[dict], extra: dict[str, list]) -> list[float]:
         """The correctness term's score of each completion (NaN: unscored); ``extra``: the rollouts' own columns
         [M] (an episode's ``rlpost_env_reward``, which the env term returns)."""

@@ -16,13 +16,12 @@ from __future__ import annotations
 import torch
 from accelerate.utils import gather_object
 
-from rlpost.core.component import ScoringInputs
+from rlpost.core.component import ROLLOUT_STATISTICS, ScoringInputs
 from rlpost.losses.base import KEEP, NUM_TOKENS, REWARDS
 from rlpost.pipeline import PipelineInputs, run_pipeline, unprefixed
+from rlpost.rollouts.base import user_text, with_user_text
 from rlpost.trainer.batch import GenerationBatch
 from rlpost.trainer.seam_base import SeamBase
-
-ROLLOUT_STATISTICS = ("entropies", "logps", "ref_logps", "token_text")  # what a component may require
 
 
 class ScoringSeams(SeamBase):
@@ -200,7 +199,28 @@ class ScoringSeams(SeamBase):
             if output.get("ref_per_token_logps") is None:
                 raise RuntimeError("a component requires ref_logps but TRL computed no reference log-probs")
             stats["ref_logps"] = output["ref_per_token_logps"]
+        if "hinted_logps" in wanted:
+            stats["hinted_logps"] = self._hinted_logps(output)
         return {key: self._gather_padded(stats[key]) for key in sorted(wanted)}
+
+    def _hinted_logps(self, output: dict) -> torch.Tensor:
+        """log pi(y_t | x (+) hint, y_<t) [B, T] of this process's completions, the hint being the requiring
+        component's ``hint(row)`` appended to x's user turn (rlpost/core/component.py); NaN on rows without one."""
+        providers = [c for c in self.run.components() if "hinted_logps" in c.requires]
+        if len(providers) != 1:
+            raise RuntimeError(f"hinted_logps needs exactly one component to provide the hint, got {len(providers)}")
+        batch, ids, mask = self.batch, output["completion_ids"], output["completion_mask"]
+        assert batch is not None
+        hints = [providers[0].hint(row) for row in batch.rows]
+        rows = [i for i, h in enumerate(hints) if h is not None]
+        logps = torch.full(ids.shape, float("nan"), dtype=torch.float32, device=ids.device)
+        if rows:
+            prompts = [with_user_text(batch.prompts[i], f"{user_text(batch.prompts[i])}\n\n{hints[i]}") for i in rows]
+            prompt_ids = [list(p) for p in self._tokenize_prompts(prompts)[0]]
+            completions = [ids[i, : int(mask[i].sum())].tolist() for i in rows]  # the mask is a prefix (TRL)
+            hinted, _ = self._rollout_token_logprobs(prompt_ids, completions, width=ids.size(1))
+            logps[rows] = hinted[:, : ids.size(1)].float()
+        return logps
 
     def _policy_logps(self, output: dict) -> torch.Tensor:
         """Rollout policy log-probs [B, T]: TRL's when it kept them, else one no-grad forward."""

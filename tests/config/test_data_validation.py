@@ -88,3 +88,33 @@ def test_a_reward_column_the_data_lacks_is_an_error_before_any_model_loads():
     with pytest.raises(ConfigError, match=r"reward term math_answer: params.column='answr' names no column of the "
                        r"training and held-out data; its columns are: .*answer"):  # fmt: skip
         _check_columns(typo, train, evals)
+
+
+@pytest.mark.parametrize(
+    "overrides, key",
+    [
+        (
+            ["algorithm/advantage=pmi_tokens", "algorithm.advantage.answer_column=answr"],
+            "algorithm.advantage.answer_column",
+        ),
+        (
+            ["algorithm/rollout=hindsight_critique", "algorithm.rollout.gold_column=answr"],
+            "algorithm.rollout.gold_column",
+        ),
+    ],
+)
+def test_a_component_column_the_training_data_lacks_is_an_error_before_any_model_loads(overrides, key):
+    # Component.training_columns: P-GRPO's answer for its hinted forward, HindSearch's gold answer for the critique
+    from rlpost.app import compose
+    from rlpost.build import build_run
+    from rlpost.train import _check_columns
+
+    base = ["model=tiny-random", "data.train_size=8", "data.eval_size=4", "eval.size=4"]
+    run = build_run(compose([*base, *overrides[:1]]))
+    train, evals = load_datasets(run.data)
+    _check_columns(run, train, evals)  # both read `answer`: present
+    typo = build_run(compose([*base, *overrides]))
+    with pytest.raises(
+        ConfigError, match=rf"{key}='answr' is not a column of the training data; its columns are: .*answer"
+    ):
+        _check_columns(typo, train, evals)

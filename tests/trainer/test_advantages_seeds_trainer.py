@@ -69,9 +69,13 @@ INTEGRATION = {
         ],
         ["segments/local_token_frac", "segments/stages_found_mean", "segments/global_abs_mean"],
     ),
-    "pmi_tokens": (
-        ["algorithm/advantage=pmi_tokens", "algorithm.advantage.ramp_steps=0"],
+    "pmi_tokens": (  # the token-id count estimator (the earlier default)
+        ["algorithm/advantage=pmi_tokens", "algorithm.advantage.ramp_steps=0", "algorithm.advantage.estimator=counts"],
         ["pmi/strength", "pmi/weight_max", "pmi/weight_std"],
+    ),
+    "pmi_tokens_model": (  # the default: PMI with the answer by the policy (hinted forward)
+        ["algorithm/advantage=pmi_tokens", "algorithm.advantage.ramp_steps=0"],
+        ["pmi/strength", "pmi/weight_max", "pmi/weight_std", "pmi/abs_mean"],
     ),
 }
 
@@ -103,9 +107,36 @@ def test_two_steps_through_the_trainer_log_metrics_and_change_the_advantages(nam
             changed |= not torch.allclose(advantages, base, atol=1e-5)
     if name == "pmi_tokens":
         # The tiny random model never repeats a token in a batch (49k ids, 4 x 8 tokens), so every token
-        # is equally characteristic under either scope and P-GRPO must give GRPO's advantage back on each
+        # is equally characteristic to the count estimator under either scope and P-GRPO must give GRPO's advantage back on each
         # token (weights mean 1 per completion); the redistribution itself is checked by hand
         # (tests/unit/advantages/test_advantages_seeds.py, batch and group scope).
         assert not changed
         return
     assert changed, f"{name} left every advantage equal to group_norm's"
+
+
+def test_pmi_tokens_hinted_log_probs_are_the_policys_with_the_answer_in_context(tmp_path):
+    # P-GRPO's model estimator (seed 000 #22): the trainer's hinted forward scores each sampled completion after x
+    # with "The correct answer is <answer>." appended to its user turn; by hand on the first batch with the starting
+    # weights (a fresh load of the same model): hinted_t = log pi(y_t | x (+) hint, y_<t), one forward on c + y
+    from rlpost.models.loading import load_model, load_tokenizer
+    from rlpost.rollouts.base import user_text, with_user_text
+
+    run = make_run(["train.steps=1", "train.num_generations=2", "algorithm/advantage=pmi_tokens"])
+    spy = Spy(run.algorithm.advantage)
+    run.algorithm.advantage = spy
+    train_rlpost(run, tmp_path)
+    b = spy.calls[0][0]
+    model, tok = load_model(run.model), load_tokenizer(run.model)
+    for i in (0, 3):
+        row = b.rows[i]
+        c = with_user_text(row["prompt"], f"{user_text(row['prompt'])}\n\nThe correct answer is {row['answer']}.")
+        prompt = tok.apply_chat_template(c, add_generation_prompt=True, tokenize=True, return_dict=False)
+        n = int(b.completion_mask[i].sum())
+        y = b.completion_ids[i, :n].tolist()
+        with torch.no_grad():
+            logits = model(input_ids=torch.tensor([list(prompt) + y])).logits[0].float()
+        logps = torch.log_softmax(logits[len(prompt) - 1 : -1], dim=-1)[torch.arange(n), torch.tensor(y)]
+        torch.testing.assert_close(b.extras["hinted_logps"][i, :n].float(), logps, atol=1e-4, rtol=1e-4)
+        # and the PMI is not zero: the answer moves the policy's token probabilities
+        assert (b.extras["hinted_logps"][i, :n] - b.extras["logps"][i, :n]).abs().max() > 1e-3

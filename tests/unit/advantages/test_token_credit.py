@@ -140,6 +140,7 @@ def test_segments_without_local_terms_is_grpo_and_needs_a_global_term():
 
 
 # ---- pmi_tokens (P-GRPO) ---------------------------------------------------------------------------------
+# estimator: counts (token-id PMI with the outcome set, the earlier default) first, then estimator: model
 def pmi_batch(mask=None):
     # G = 2, rewards [1, 0] -> A = [X, -X]; token ids: success [5, 6], failure [5, 7] (a third, masked column)
     return batch([1, 0], 2, ids=[[5, 6, 6], [5, 7, 6]], mask=mask or [[1, 1, 0], [1, 1, 0]])
@@ -149,7 +150,7 @@ def test_pmi_tokens_hand_computed_without_smoothing():
     # Group counts: 5 x2, 6 x1, 7 x1 (n = 4); success set: 5, 6 (n_P = 2). The masked 6 is not counted.
     # PMI(5) = log (1/2) / (2/4) = 0, PMI(6) = log (1/2) / (1/4) = log 2 -> u = [1, 2], mean 1.5 -> w = [2/3, 4/3].
     # The failure set (5, 7) is the mirror image: w = [2/3, 4/3] on [5, 7].
-    a, m = PMITokens(PMITokens.Config(smoothing=0.0, ramp_steps=0))(pmi_batch())
+    a, m = PMITokens(PMITokens.Config(estimator="counts", smoothing=0.0, ramp_steps=0))(pmi_batch())
     close(a, [[2 * X / 3, 4 * X / 3, X], [-2 * X / 3, -4 * X / 3, -X]])
     assert m["pmi/strength"] == 1.0 and m["pmi/weight_max"] == pytest.approx(4 / 3)
 
@@ -157,20 +158,20 @@ def test_pmi_tokens_hand_computed_without_smoothing():
 def test_pmi_tokens_smoothing_clip_and_ramp():
     # Laplace a = 1, V = 3 distinct ids: p_P(5) = 2/5, p_all(5) = 3/7 -> u = 14/15; p_P(6) = 2/5, p_all(6) = 2/7 -> u = 1.4;
     # mean (14/15 + 1.4) / 2 = 7/6 -> w = [0.8, 1.2].
-    a, _ = PMITokens(PMITokens.Config(ramp_steps=0))(pmi_batch())
+    a, _ = PMITokens(PMITokens.Config(estimator="counts", ramp_steps=0))(pmi_batch())
     close(a[:, :2], [[0.8 * X, 1.2 * X], [-0.8 * X, -1.2 * X]])
     # clip 0.1 (no smoothing): PMI [0, log 2] -> [0, 0.1] -> u = [1, e^0.1], mean 1.052585 -> w = [0.950043, 1.049957]
-    a, _ = PMITokens(PMITokens.Config(smoothing=0.0, clip=0.1, ramp_steps=0))(pmi_batch())
+    a, _ = PMITokens(PMITokens.Config(estimator="counts", smoothing=0.0, clip=0.1, ramp_steps=0))(pmi_batch())
     close(a[0, :2], [0.950043 * X, 1.049957 * X])
     # ramp_steps 2: lam = 0.5 on the first batch: u = sqrt([14/15, 1.4]) = [0.966092, 1.183216] -> w = [0.898980, 1.101020];
     # full strength from the second batch on (w = [0.8, 1.2]); the count is the saved state.
-    pmi = PMITokens(PMITokens.Config(ramp_steps=2))
+    pmi = PMITokens(PMITokens.Config(estimator="counts", ramp_steps=2))
     a, m = pmi(pmi_batch())
     assert m["pmi/strength"] == 0.5
     close(a[0, :2], [0.898980 * X, 1.101020 * X])
     pmi(pmi_batch())
     assert pmi.state_dict() == {"count": 2}
-    fresh = PMITokens(PMITokens.Config(ramp_steps=2))
+    fresh = PMITokens(PMITokens.Config(estimator="counts", ramp_steps=2))
     fresh.load_state_dict(pmi.state_dict())
     close(fresh(pmi_batch())[0][0, :2], [0.8 * X, 1.2 * X])
 
@@ -179,17 +180,67 @@ def test_pmi_tokens_counted_over_the_batch_do_not_collapse_when_no_token_repeats
     # Two groups, rewards [1, 0] each -> A = [X, -X, X, -X]. No id repeats inside a group: group 0 [5, 6] / [7, 8],
     # group 1 [5, 7] / [6, 9]. In-group counts: every token has PMI log 2 -> uniform weights -> GRPO.
     b = batch([1, 0, 1, 0], 2, ids=[[5, 6], [7, 8], [5, 7], [6, 9]])
-    grouped, _ = PMITokens(PMITokens.Config(smoothing=0.0, ramp_steps=0, scope="group"))(b)
+    grouped, _ = PMITokens(PMITokens.Config(estimator="counts", smoothing=0.0, ramp_steps=0, scope="group"))(b)
     close(grouped, [[X, X], [-X, -X], [X, X], [-X, -X]])
     # Batch counts (n = 8): 5 x2, 6 x2, 7 x2, 8, 9. Successes [5, 6, 5, 7] (n_P = 4): PMI(5) = log (2/4)/(2/8) = log 2,
     # PMI(6) = PMI(7) = log (1/4)/(2/8) = 0 -> rows [5, 6], [5, 7]: u = [2, 1] -> w = [4/3, 2/3].
     # Failures [7, 8, 6, 9] (n_N = 4): PMI(7) = PMI(6) = 0, PMI(8) = PMI(9) = log (1/4)/(1/8) = log 2 -> w = [2/3, 4/3].
-    pooled, _ = PMITokens(PMITokens.Config(smoothing=0.0, ramp_steps=0))(b)  # scope: batch, the default
+    pooled, _ = PMITokens(PMITokens.Config(estimator="counts", smoothing=0.0, ramp_steps=0))(
+        b
+    )  # scope: batch, the default
     close(pooled, [[4 * X / 3, 2 * X / 3], [-2 * X / 3, -4 * X / 3], [4 * X / 3, 2 * X / 3], [-2 * X / 3, -4 * X / 3]])
 
 
 def test_pmi_tokens_strength_zero_equal_rewards_and_one_sample_groups():
     b = pmi_batch()
-    torch.testing.assert_close(PMITokens(PMITokens.Config(strength=0.0))(b)[0], grpo(b).unsqueeze(1).expand(2, 3))
-    close(PMITokens(PMITokens.Config())(batch([0.4, 0.4], 2, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
-    close(PMITokens(PMITokens.Config())(batch([1.0, 0.0], 1, ids=[[5, 6], [5, 7]]))[0], [[0.0, 0.0], [0.0, 0.0]])
+    torch.testing.assert_close(
+        PMITokens(PMITokens.Config(estimator="counts", strength=0.0))(b)[0], grpo(b).unsqueeze(1).expand(2, 3)
+    )
+    close(
+        PMITokens(PMITokens.Config(estimator="counts"))(batch([0.4, 0.4], 2, ids=[[5, 6], [5, 7]]))[0],
+        [[0.0, 0.0], [0.0, 0.0]],
+    )
+    close(
+        PMITokens(PMITokens.Config(estimator="counts"))(batch([1.0, 0.0], 1, ids=[[5, 6], [5, 7]]))[0],
+        [[0.0, 0.0], [0.0, 0.0]],
+    )
+
+
+def test_pmi_tokens_model_estimator_hand_computed():
+    # estimator: model (the default). G = 2, rewards [1, 0] -> A = [X, -X]. Per token, the rollout policy's log-probs
+    # without (logps) and with the answer in context (hinted): pmi = hinted - logps.
+    #   success row: pmi = [log 2, 0]   -> s = +pmi = [log 2, 0]  -> u = [2, 1], mean 1.5 -> w = [4/3, 2/3]
+    #   failure row: pmi = [0, -log 2]  -> s = -pmi = [0, log 2]  -> u = [1, 2], mean 1.5 -> w = [2/3, 4/3]
+    # (the failure's second token is the one the answer makes less likely: it takes 4/3 of the blame); the masked third
+    # column keeps weight 1 and its NaN hinted value (a row without a hint) never reaches a valid token.
+    import math
+
+    ln2 = math.log(2)
+    logps = torch.tensor([[-1.0, -2.0, -1.0], [-1.0, -2.0, -1.0]])
+    hinted = torch.tensor([[-1.0 + ln2, -2.0, float("nan")], [-1.0, -2.0 - ln2, float("nan")]])
+    b = batch([1, 0], 2, ids=[[5, 6, 6], [5, 6, 6]], mask=[[1, 1, 0], [1, 1, 0]],
+              extras={"logps": logps, "hinted_logps": hinted})  # fmt: skip
+    pmi = PMITokens(PMITokens.Config(ramp_steps=0))
+    assert pmi.requires == {"logps", "hinted_logps"}
+    a, m = pmi(b)
+    close(a, [[4 * X / 3, 2 * X / 3, X], [-2 * X / 3, -4 * X / 3, -X]])
+    assert m["pmi/abs_mean"] == pytest.approx(ln2 / 2)  # |pmi| over the 4 valid tokens: (ln2 + 0 + 0 + ln2) / 4
+    # the same token ids in both rows: the count estimator sees no difference between them (uniform credit: GRPO)
+    counts, _ = PMITokens(PMITokens.Config(estimator="counts", smoothing=0.0, ramp_steps=0))(b)
+    close(counts[:, :2], [[X, X], [-X, -X]])
+    # a row without an answer (hinted all NaN): pmi 0 -> GRPO's uniform credit for that row
+    b.extras["hinted_logps"] = torch.tensor([[float("nan")] * 3, [-1.0, -2.0 - ln2, float("nan")]])
+    a, _ = PMITokens(PMITokens.Config(ramp_steps=0))(b)
+    close(a[0, :2], [X, X])
+    close(a[1, :2], [-2 * X / 3, -4 * X / 3])
+
+
+def test_pmi_tokens_hint_reads_the_answer_column_and_is_checked():
+    pmi = PMITokens(PMITokens.Config())
+    assert pmi.hint({"answer": 7}) == "The correct answer is 7."
+    assert pmi.hint({"answer": ""}) is None and pmi.hint({}) is None
+    assert pmi.training_columns() == {"algorithm.advantage.answer_column": "answer"}
+    assert PMITokens(PMITokens.Config(estimator="counts")).training_columns() == {}
+    assert PMITokens(PMITokens.Config(estimator="counts")).requires == frozenset()
+    with pytest.raises(ValueError, match="answer"):
+        PMITokens.Config(hint="The answer is known.")
