@@ -189,7 +189,14 @@ def pairs(steps: int) -> list[Pair]:
             "maximum-likelihood infilling, SmolLM2 judge",
             ["recipe=frost", f"train.steps={steps}"],
             ["recipe=frost", "algorithm/rollout=none", f"train.steps={steps}"],
-            ["rlpost/reward", "rlpost/rollout/frost/gain", "rlpost/rollout/frost/improved_frac", "step_time"],
+            [
+                "rlpost/reward",
+                "rlpost/rollout/frost/gain",
+                "rlpost/rollout/frost/realized_gain",
+                "rlpost/rollout/frost/improved_frac",
+                "rlpost/rollout/frost/roundtrip_exact_frac",
+                "step_time",
+            ],
             eval_keys=["eval/reward", "eval/sampled/reward_best@1", "eval/sampled/reward_best@4"],
         ),
     ]

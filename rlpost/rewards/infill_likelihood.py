@@ -84,10 +84,16 @@ class InfillLikelihood(Reward):
         return self.model, self.tokenizer
 
     def parts(self, prefix: str, middle: str, suffix: str) -> tuple[list[int], list[int], list[int]]:
-        """Judge token ids of the prefix, the middle (``" " + middle``, cut) and the suffix (``" " + suffix``)."""
-        tok = self.load()[1]
-        ids = lambda text: tok(text, add_special_tokens=False)["input_ids"]  # noqa: E731
-        return ids(prefix), ids(" " + middle)[: self.cfg.max_middle_tokens] if middle else [], ids(" " + suffix)
+        """Judge token ids of the prefix, the middle (``middle_ids``) and the suffix (``" " + suffix``)."""
+        return self._ids(prefix), self.middle_ids(middle), self._ids(" " + suffix)
+
+    def middle_ids(self, middle: str) -> list[int]:
+        """The judge ids ``[m]`` the reward scores for a fill: ``" " + middle`` cut to ``max_middle_tokens`` (``[]``
+        for an empty fill)."""
+        return self._ids(" " + middle)[: self.cfg.max_middle_tokens] if middle else []
+
+    def _ids(self, text: str) -> list[int]:
+        return self.load()[1](text, add_special_tokens=False)["input_ids"]
 
     def score_ids(self, prefix: list[int], middles: list[list[int]], suffix: list[int]) -> torch.Tensor:
         """Rewards ``[M]`` of middles of one length ``m`` (token ids ``[M][m]``) between one prefix and suffix."""
@@ -118,9 +124,13 @@ class InfillLikelihood(Reward):
                 if prefix is None or suffix is None:
                     out.append(None)
                     continue
-                p, m, s = self.parts(str(prefix), middle_text(completion), str(suffix))
-                out.append(self.cfg.empty if not m else float(self.score_ids(p, [m], s)[0]))
+                out.append(self.score_fill(str(prefix), middle_text(completion), str(suffix)))
         return out
+
+    def score_fill(self, prefix: str, middle: str, suffix: str) -> float:
+        """The reward of one fill (``middle_text`` of a completion) between ``prefix`` and ``suffix``."""
+        p, m, s = self.parts(prefix, middle, suffix)
+        return self.cfg.empty if not m else float(self.score_ids(p, [m], s)[0])
 
 
 def suffix_logprob(logits: torch.Tensor, ids: torch.Tensor, n_suffix: int) -> torch.Tensor:
