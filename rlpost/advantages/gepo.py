@@ -38,6 +38,11 @@ Choices where the abstract is silent:
   thresholds are not logged on a step without any (``warmup=off``), rather than logged as NaN.
   ``advantage/*`` describe the final advantages; ``gepo/base_abs_mean`` the GRPO ones.
 - The history is updated on every call; rlpost's held-out evaluation does not call advantages.
+- On a task mixture (``data=mixture``, the abstract's setting) the thresholds are shared by every task: a
+  task whose groups are more certain than the mixture's history has its positive advantages damped more
+  often. ``split_column`` (the mixture's ``rlpost_source`` by default) breaks the metrics down by the
+  rows' value there: ``gepo/<value>/group_entropy_mean``, ``attenuated_frac``, ``low_group_frac``,
+  ``high_group_frac`` (nothing extra when the rows lack the column).
 """
 
 from __future__ import annotations
@@ -100,6 +105,8 @@ class GEPO(Advantage):
         momentum: Annotated[float, Range(ge=0, lt=1)] = 0.9
         min_history: Annotated[int, Range(ge=1)] = 1  # past batches needed before the history sets the thresholds
         warmup: Literal["current", "off"] = "current"  # before that: current batch's statistics, or no shaping
+        # the rows' column whose values split the gepo/* metrics (rlpost_source: a data mixture's source); null: none
+        split_column: str | None = "rlpost_source"
 
         def __post_init__(self) -> None:
             for name in ("pos_factor", "neg_factor"):
@@ -196,7 +203,29 @@ class GEPO(Advantage):
         )
         if limits is not None:  # no thresholds while warm-up is off: not logged rather than NaN
             metrics.update({"gepo/threshold_low": low, "gepo/threshold_high": high})
+        metrics.update(self.split_metrics(batch, group_h, attenuated, nonzero, low, high))
         return advantages, metrics
+
+    def split_metrics(
+        self, batch: GroupBatch, group_h: torch.Tensor, attenuated: torch.Tensor, nonzero: torch.Tensor,
+        low: float, high: float,
+    ) -> dict[str, float]:  # fmt: skip
+        """gepo/<value>/* per value of ``split_column`` over the groups [N / G] (a group's value: its first row's)."""
+        column, g = self.cfg.split_column, batch.num_generations
+        if column is None or not batch.rows or column not in batch.rows[0]:
+            return {}
+        values = [str(batch.rows[k * g].get(column)) for k in range(len(group_h))]
+        out: dict[str, float] = {}
+        for value in sorted(set(values)):
+            groups = torch.tensor([v == value for v in values])
+            rows = groups.repeat_interleave(g).to(attenuated.device)
+            h = group_h[groups]
+            valid = h[~torch.isnan(h)]
+            out[f"gepo/{value}/group_entropy_mean"] = float(valid.mean()) if valid.numel() else 0.0
+            out[f"gepo/{value}/low_group_frac"] = float((h < low).float().mean())
+            out[f"gepo/{value}/high_group_frac"] = float((h > high).float().mean())
+            out[f"gepo/{value}/attenuated_frac"] = _frac(attenuated & rows, nonzero & rows)
+        return out
 
     def describe(self) -> str:
         c = self.cfg

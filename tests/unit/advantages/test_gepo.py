@@ -110,6 +110,25 @@ def test_first_step_hand_computed_with_current_batch_thresholds():
     assert gepo.history()[1] == pytest.approx(S23)  # sqrt(14/3 - 4)
 
 
+def test_on_a_mixture_the_shared_thresholds_damp_the_certain_task_and_the_metrics_split_by_source():
+    # The first step's batch again (group entropies [1, 2, 3] -> low 1.1835, high 2.8165), the groups from two
+    # sources of a data mixture: group 1 (H = 1) is "arith", groups 2 and 3 (H = 2, 3) are "word". The thresholds are
+    # the mixture's, shared: only the certain arithmetic group's positive advantage is damped, and only the word
+    # problems' high-entropy group's negative one.
+    b = batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.0, 2.0, 3.0])
+    b.rows = [{"rlpost_source": s} for s in ["arith"] * 2 + ["word"] * 4]
+    a, m = GEPO(GEPO.Config())(b)
+    close(a, [0.5 * X, -X, X, -X, X, -0.5 * X])
+    assert m["gepo/arith/group_entropy_mean"] == 1.0 and m["gepo/word/group_entropy_mean"] == 2.5
+    assert m["gepo/arith/attenuated_frac"] == 0.5  # 1 of arith's 2 nonzero advantages (the positive one)
+    assert m["gepo/word/attenuated_frac"] == 0.25  # 1 of word's 4 (group 3's negative one)
+    assert (m["gepo/arith/low_group_frac"], m["gepo/arith/high_group_frac"]) == (1.0, 0.0)
+    assert (m["gepo/word/low_group_frac"], m["gepo/word/high_group_frac"]) == (0.0, 0.5)
+    # rows without the column (a single task), or split_column null: no per-source metrics
+    assert not any(k.count("/") > 1 for k in GEPO(GEPO.Config())(batch([1, 0], 2, group_h=[1.0]))[1])
+    assert not any(k.startswith("gepo/arith/") for k in GEPO(GEPO.Config(split_column=None))(b)[1])
+
+
 def test_second_step_scores_against_the_history_then_updates_the_ema():
     gepo = GEPO(GEPO.Config())
     gepo(batch([1, 0, 1, 0, 1, 0], 2, group_h=[1.0, 2.0, 3.0]))
