@@ -159,3 +159,26 @@ def test_sigterm_saves_a_checkpoint_and_exits_75(tmp_path):
     summary = json.loads((tmp_path / "run" / "summary.json").read_text())
     assert summary["preempted"] == "SIGTERM" and 1 <= summary["steps"] < 400
     assert is_complete(Path(summary["checkpoint"])) and f"checkpoint-{summary['steps']}" in summary["checkpoint"]
+
+
+def test_an_sft_run_is_an_f_tis_peer_off_policy_from_the_first_step(run, tmp_path):
+    # F-TIS (seed 004 #12) with a heterogeneous peer: the fine-tuned folder of an rlpost sft run (same tokenizer)
+    # samples the last completion of each group. A copy of the learner's own start (the recipe's control) is on-policy
+    # at step 1 (mismatch 0), so nothing for F-TIS to correct; the specialist is off-policy from the first step.
+    from support.trainer import make_run, rlpost_trainer, step_logs
+
+    final = run / "checkpoints" / "final"
+    mismatch = {}
+    for name, peer in (("start copy", ["algorithm.correction.peer_model=tiny-random"]),
+                       ("sft specialist", ["algorithm.correction.peer_model=hf",
+                                           f"algorithm.correction.peer_overrides={{path: '{final}'}}"])):  # fmt: skip
+        job = make_run(["train.steps=1", "algorithm/correction=f_tis", "algorithm.correction.max_kl=100", *peer])
+        trainer = rlpost_trainer(job, tmp_path / name)
+        trainer.train()
+        (log,) = step_logs(trainer)
+        own = log["rlpost/mismatch/logp_abs_diff"]  # the learner's own rows: fp32 rollouts, on-policy up to kernels
+        mismatch[name] = (own, log["rlpost/mismatch/peer_logp_abs_diff"], log["rlpost/correction/peer_kl"])
+    own, copy, _ = mismatch["start copy"]
+    assert own < 0.01 and copy < 0.01  # the start copy is the learner: its rows as on-policy as the learner's own
+    own, specialist, kl = mismatch["sft specialist"]
+    assert specialist > 10 * max(own, copy) and kl > 0
