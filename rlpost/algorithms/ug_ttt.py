@@ -7,17 +7,23 @@ A small ensemble of K LoRA adapters over a frozen base (``lora_ensemble.py``). P
 2. Disagreement: every completion is scored by all K adapters (no grad); the per-token mutual
    information between the next-token prediction and the adapter,
    ``MI_t = H(mean_k p_k(.|x_<t)) - mean_k H(p_k(.|x_<t))`` [B, T], is epistemic uncertainty only
-   (0 where the adapters agree, however uncertain they are).
+   (0 where the adapters agree, however uncertain they are). These forwards also record the batch's real
+   tokens' inputs to every adapted layer (``LoraEnsemble.recording``), which the distinctness term is measured on.
 3. Advantages: the run's group advantage A_i plus the exploration bonus, ``A_it + beta * MI_t`` on the
    completion tokens (``ensemble.mi_coef``).
 4. Loss: each completion's log-probs come from the adapter that sampled it (the run's ``loss``
    component, aggregation and regularizers, unchanged), plus ``-lambda * distinctness`` once per
    optimizer step (``ensemble.nuclear_coef``): the nuclear norm of the row-normalised stack of the
-   adapters' updates B_k A_k, which falls when adapters converge to the same update.
+   adapters' outputs on the batch's tokens, ``X (B_k A_k)^T`` per adapted layer, which falls when the adapters
+   come to act alike on the batch (lora_ensemble.py says why not on the weights: that read 1.000 by
+   construction, where the term has no gradient).
 
 Logged: ``ugttt/mi`` (masked token mean of MI), ``ugttt/mi_max``, ``ugttt/distinctness`` (1 =
-orthogonal updates, 1/sqrt(K) = identical) and ``ugttt/reward_adapter<k>``. The seed reports the maximum
-reward: every run logs ``rlpost/reward_max``, the best trained reward of each step's batch.
+orthogonal outputs, 1/sqrt(K) = one direction), ``ugttt/reward_adapter<k>`` and the term's activity figure
+``active/ensemble/nuclear``: its share of the step's gradient over the adapters, ``||lambda grad D|| / ||g||``
+(logged when ``nuclear_coef`` > 0 and gradients are clipped, ``train.max_grad_norm`` > 0, where the accumulated
+gradient is read). The seed reports the maximum reward: every run logs ``rlpost/reward_max``, the best trained
+reward of each step's batch.
 
 Choices where the seed is silent:
 - Adapters are assigned round-robin inside each group (deterministic, balanced); a sampled adapter
@@ -46,10 +52,13 @@ from typing import Any
 import torch
 from safetensors.torch import load_file
 
+from rlpost.core.activity import RTOL, key
 from rlpost.losses.base import ADAPTER
 from rlpost.models.lora_ensemble import ATTRIBUTE, ENSEMBLE_FILE, LoraEnsemble, mutual_information
 from rlpost.trainer import RLPostTrainer
 from rlpost.trainer.batch import GenerationBatch
+
+NUCLEAR_FIGURE = key("ensemble", "nuclear")  # the distinctness term's activity figure
 
 
 def adapter_of_rows(first: int, rows: int, group_size: int, adapters: int) -> torch.Tensor:
@@ -164,10 +173,11 @@ class UGTTTTrainer(RLPostTrainer):
         t = output["completion_ids"].size(1)
         chunk = max(1, self.args.per_device_train_batch_size // self.ensemble_cfg.adapters)
         values = []
+        self.ensemble.inputs.clear()  # this batch's inputs to the adapted layers, for the distinctness term
         for start in range(0, ids.size(0), chunk):  # [K, b, T, V] logits at a time
             logits = []
             for k in range(self.ensemble_cfg.adapters):
-                with self.ensemble.use(k):
+                with self.ensemble.use(k), self.ensemble.recording(mask[start : start + chunk]):
                     out = policy(input_ids=ids[start : start + chunk], attention_mask=mask[start : start + chunk],
                                  logits_to_keep=t + 1, use_cache=False)  # fmt: skip
                 logits.append(out.logits[:, :-1].float() / self.temperature)
@@ -195,6 +205,31 @@ class UGTTTTrainer(RLPostTrainer):
         grad_accum = self.current_gradient_accumulation_steps if mode == "train" else 1
         self._metrics[mode]["ugttt/distinctness"].append(distinct.item())
         return loss - self.ensemble_cfg.nuclear_coef * distinct / grad_accum
+
+    def _clip_grad_norm(self, model):
+        if self.model.training and self.ensemble_cfg.nuclear_coef > 0:
+            figure = self._nuclear_activity()
+            if figure is not None:
+                self._metrics["train"][NUCLEAR_FIGURE].append(figure)
+        return super()._clip_grad_norm(model)
+
+    def _nuclear_activity(self) -> float | None:
+        """``active/ensemble/nuclear`` of one optimizer step (rlpost/core/activity.py): the no-op is the loss without
+        the term, so the figure is the term's share of the accumulated gradient, ``||lambda grad D|| / ||g||`` over
+        the adapters (g: every micro-batch's gradient, the term's included), capped at 1; below RTOL it reads 0.
+        The parameters and the recorded inputs are those of every micro-batch of the step, so one D is the term
+        each of them added (divided by the accumulation steps)."""
+        params = list(self.ensemble.parameters())
+        if any(p.grad is None for p in params):
+            return None
+        with torch.enable_grad():
+            term = torch.autograd.grad(self.ensemble_cfg.nuclear_coef * self.ensemble.distinctness(), params)
+        total = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(p.grad.float()) for p in params]))
+        mine = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.float()) for g in term]))
+        if float(total) == 0.0:
+            return 0.0
+        ratio = float(mine / total)
+        return 0.0 if ratio <= RTOL else min(ratio, 1.0)
 
     # ---- checkpoints: the frozen base as a plain model, the adapters beside it -----------------
     def _save(self, output_dir: str | None = None, state_dict=None):

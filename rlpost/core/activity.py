@@ -31,7 +31,8 @@ RTOL = 1e-3  # relative part of a difference
 
 def key(kind: str, name: str) -> str:
     """The logged name of a figure: ``active/<kind>/<name>`` (kind: advantage, loss, regularizer, grad, correction,
-    combine, rollout, select; or a pipeline switch: keep/dynamic_sampling, shape/overlong)."""
+    combine, rollout, select; or a pipeline switch: keep/dynamic_sampling, shape/overlong; or UG-TTT's
+    ensemble/nuclear)."""
     return f"{PREFIX}{kind}/{name}"
 
 

@@ -32,7 +32,9 @@ OpenAI-compatible endpoint), asked for 2-3 sentences without the answers; a fail
 score-only message. Logged per episode (``env/<key>``, ``eval/env/<key>``): ``executor_success`` (the last
 document's score), ``first_success`` (the first document's), ``no_skill_success`` (the same executor on the
 same tasks with no document: the no-skill baseline, computed once per task set), ``skill_gain`` (their
-difference), ``doc_chars`` (the last document's length) and ``leaked`` (held-in answers the document stated).
+difference), ``doc_chars`` (the last document's length), ``leaked`` (held-in answers the document stated) and
+``critiques`` (feedback messages that carried the critic's text: 0 without a critic, or when every first
+document solved everything).
 """
 
 from __future__ import annotations
@@ -116,7 +118,7 @@ class SkillExecutor(Environment):
     Config = SkillExecutorConfig
     cfg: SkillExecutorConfig
     METRICS: ClassVar[tuple[str, ...]] = (
-        "executor_success", "first_success", "no_skill_success", "skill_gain", "doc_chars", "leaked",
+        "executor_success", "first_success", "no_skill_success", "skill_gain", "doc_chars", "leaked", "critiques",
     )  # fmt: skip
 
     # a document cut off at the token cap is still a document: the executor reads its start, as it does past
@@ -128,6 +130,7 @@ class SkillExecutor(Environment):
         self.tasks: list[tuple[str, str]] = []
         self.first: float | None = None  # the first document's score
         self.score, self.turn = 0.0, 0
+        self.critiques = 0  # feedback messages of this episode that hold the critic's written text
 
     def reset(self, row: dict[str, Any], seed: int = 0) -> list[Message]:
         if "tasks" not in row:
@@ -140,7 +143,7 @@ class SkillExecutor(Environment):
                 f"the row has {len(pool)} tasks, fewer than data.env.tasks_per_doc={self.cfg.tasks_per_doc}"
             )
         self.tasks = random.Random(seed).sample(pool, self.cfg.tasks_per_doc)
-        self.score, self.first, self.turn = 0.0, None, 0
+        self.score, self.first, self.turn, self.critiques = 0.0, None, 0, 0
         return add_note(row_messages(row), SYSTEM, "system")
 
     def solve(self, doc: str | None) -> list[str]:
@@ -170,15 +173,17 @@ class SkillExecutor(Environment):
         reward, self.score, self.turn = score - self.score, score, self.turn + 1
         self.first = score if self.first is None else self.first
         baseline = self.no_skill() if self.cfg.no_skill_baseline else 0.0
+        done = self.turn >= self.cfg.max_turns  # the runner ends the episode here: no feedback to write
+        text = None if done else self.feedback(doc, replies, solved)  # the critic writes (or not) before the info
         info = {
             "executor_success": score, "first_success": self.first, "no_skill_success": baseline,
             "skill_gain": score - baseline, "doc_chars": float(len(message.strip())),
             "leaked": float(sum(self.cfg.forbid_answer and mentions(doc, g) for g in golds)),
-            "executor_replies": replies,
+            "critiques": float(self.critiques), "executor_replies": replies,
         }  # fmt: skip
-        if self.turn >= self.cfg.max_turns:  # the runner ends the episode here: no feedback to write
+        if text is None:
             return StepResult([], reward, True, info)
-        return StepResult([{"role": "user", "content": self.feedback(doc, replies, solved)}], reward, False, info)
+        return StepResult([{"role": "user", "content": text}], reward, False, info)
 
     def feedback(self, doc: str, replies: list[str], solved: list[float]) -> str:
         """The natural-language message before a revision: the count solved, then the critic's feedback."""
@@ -189,8 +194,9 @@ class SkillExecutor(Environment):
             lines = [f"- {q} Its reply: {r.strip()!r}. Correct answer: {a}." for q, a, r in failed]
             prompt = CRITIC.format(doc=doc, failures="\n".join(lines[: self.cfg.critic_failures]))
             written = critic(self.cfg.critic).write([prompt])[0]
-            if written:
+            if written and written.strip():
                 text += f"\nCritic: {written.strip()}"
+                self.critiques += 1
         return text + "\nWrite the whole skill document again, improved. Reply with the skill document only."
 
     def check_run(self, run: Any) -> None:

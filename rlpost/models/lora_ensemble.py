@@ -19,13 +19,23 @@ Choices where the seed (004 #28) is silent:
   not zero but Normal(0, ``init_std``): with B = 0 all adapters would equal the base, their
   disagreement (the exploration signal) would be exactly 0 and their distinctness undefined. The
   default ``init_std`` keeps each adapter within a tiny perturbation of the base.
-- Distinctness (``distinctness``) is measured on the updates B_k A_k, not on A and B (which can be
-  rescaled against each other without changing the layer): per layer, the K x K Gram matrix of the
-  flattened updates, normalised to cosines C, gives the nuclear norm of the row-normalised stack,
-  ``sum_i sqrt(lambda_i(C))``, divided by K: 1 when the updates are orthogonal, 1/sqrt(K) when they
-  are identical. The mean over layers is what the regularizer maximises; it never rewards larger
-  updates, only different ones. The Gram matrix is computed in r x r blocks, so no [out, in] update
-  is ever materialised.
+- Distinctness (``distinctness``) is measured on what the adapters do to the batch, not on their weights:
+  per layer, the K updates' outputs on the layer's token inputs X [N, in], ``U_k = X (B_k A_k)^T`` [N, out],
+  stacked as rows vec(U_k), row-normalised; its nuclear norm (``sum_i sqrt(lambda_i(C))``, C the K x K cosine
+  matrix) over K: 1 when the adapters' outputs are orthogonal, 1/sqrt(K) when they are one direction. The mean
+  over layers is what the regularizer maximises; it never rewards larger updates, only different ones. X is the
+  last generation batch's real tokens, recorded while the adapters score it for MI (``recording``): only its
+  second moment ``S = X^T X`` [in, in] is kept, and ``<U_k, U_l>_F = sum (B_k^T B_l) * (A_k S A_l^T)`` in
+  r x r blocks (no [N, out] output or [out, in] update is materialised). Before anything is recorded S = I,
+  the cosine of the weight updates themselves.
+  Why not the weights (issue 48): K independent random A_k span near-orthogonal row spaces (two random r-dim
+  subspaces of R^in overlap by ~r/in), and every update B_k A_k stays in the row space of its own A_k (its
+  gradient is ``dL/dy (A_k x)^T A_k``), so the updates' cosines are ~0 by construction: weight-space distinctness
+  read 1.000 at every step of the bench run (in = 896), where the term sits at its maximum and its gradient is 0,
+  whatever the adapters did to the tokens. On the batch's inputs, updates in different row spaces that move the
+  layer's outputs the same way have cosine ~1 (``test_lora_ensemble.py::test_distinctness_on_the_inputs_by_hand``).
+- Each eigenvalue enters as ``lambda / sqrt(lambda + eps)``, smooth at 0: clamping it at ``eps`` before the
+  square root would cut the gradient of the vanishing eigenvalues and push nearly identical adapters together.
 """
 
 from __future__ import annotations
@@ -57,7 +67,7 @@ class EnsembleConfig:
     target_modules: list[str] = field(default_factory=lambda: ["q_proj", "v_proj"])  # linears that get adapters
     init_std: Annotated[float, Range(gt=0)] = 1e-3  # std of the random B_k at start (B = 0 would make them identical)
     mi_coef: Annotated[float, Range(ge=0)] = 0.1  # beta: advantage bonus per unit of per-token MI (nats)
-    nuclear_coef: Annotated[float, Range(ge=0)] = 0.01  # lambda: weight of -distinctness in the loss
+    nuclear_coef: Annotated[float, Range(ge=0)] = 0.01  # lambda: weight of -distinctness (outputs on the batch)
 
     def __post_init__(self) -> None:
         if not self.target_modules:
@@ -123,6 +133,8 @@ class LoraEnsemble(nn.Module):
         super().__init__()
         self.adapters, self.rank, self.scale = adapters, rank, alpha / rank
         self.active: int | str | None = self.MEAN
+        self.inputs: dict[str, torch.Tensor] = {}  # per layer S = X^T X [in, in] of the last recorded batch
+        self._record: torch.Tensor | None = None  # while recording: the token mask [b, L] of the forward in flight
         self.lora_A, self.lora_B = nn.ParameterDict(), nn.ParameterDict()
         generator = torch.Generator().manual_seed(seed)
         self.targets = [
@@ -155,6 +167,8 @@ class LoraEnsemble(nn.Module):
             if self.active is None:
                 return output
             x = args[0]  # [..., in]
+            if self._record is not None:
+                self._accumulate(key, x)
             a, b = self.lora_A[key], self.lora_B[key]  # [K, r, in], [K, out, r]
             if self.active == self.MEAN:
                 update = torch.einsum("kor,...kr->...o", b, torch.einsum("kri,...i->...kr", a, x)) / self.adapters
@@ -175,6 +189,25 @@ class LoraEnsemble(nn.Module):
         finally:
             self.active = previous
 
+    @contextmanager
+    def recording(self, mask: torch.Tensor) -> Iterator[None]:
+        """Add every target layer's token inputs of the forwards inside to its S = X^T X (``inputs``); ``mask``
+        [b, L] (the forward's attention mask) picks the real tokens. ``inputs.clear()`` starts a new batch."""
+        previous, self._record = self._record, mask
+        try:
+            yield
+        finally:
+            self._record = previous
+
+    @torch.no_grad()
+    def _accumulate(self, key: str, x: torch.Tensor) -> None:
+        assert self._record is not None
+        if x.shape[:-1] != self._record.shape:
+            raise RuntimeError(f"recording the inputs of {tuple(x.shape)}, but the mask is {tuple(self._record.shape)}")
+        rows = x.detach().float()[self._record.bool()]  # [N, in] the real tokens
+        moment = rows.T @ rows
+        self.inputs[key] = moment if key not in self.inputs else self.inputs[key] + moment
+
     def save(self, folder: str | Path) -> None:
         """The K adapters as ``ensemble.safetensors`` in ``folder``, with the scale in its metadata."""
         from safetensors.torch import save_file
@@ -184,26 +217,39 @@ class LoraEnsemble(nn.Module):
         save_file(weights, str(Path(folder) / ENSEMBLE_FILE), metadata=meta)
 
     def distinctness(self, eps: float = 1e-6) -> torch.Tensor:
-        """Mean over layers of nuclear_norm(row-normalised [vec(B_k A_k)]_k) / K, in [1/sqrt(K), 1]."""
-        values = [update_distinctness(self.lora_A[_key(n)], self.lora_B[_key(n)], eps) for n, _ in self.targets]
+        """Mean over layers of nuclear_norm(row-normalised [vec(X (B_k A_k)^T)]_k) / K, in [1/sqrt(K), 1], X the
+        recorded batch's inputs to the layer (none recorded: the weight updates themselves)."""
+        values = []
+        for name, _ in self.targets:
+            key = _key(name)
+            values.append(update_distinctness(self.lora_A[key], self.lora_B[key], self.inputs.get(key), eps))
         return torch.stack(values).mean()
 
 
-def update_gram(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
-    """A [K, r, in], B [K, out, r] -> G [K, K], G_kl = <B_k A_k, B_l A_l>_F = sum_ij (B_k^T B_l)_ij (A_k A_l^T)_ij."""
-    btb = torch.einsum("kor,los->klrs", b.float(), b.float())  # [K, K, r, r]
-    aat = torch.einsum("kri,lsi->klrs", a.float(), a.float())  # [K, K, r, r]
-    return (btb * aat).sum(dim=(-1, -2))
+def update_gram(a: torch.Tensor, b: torch.Tensor, moment: torch.Tensor | None = None) -> torch.Tensor:
+    """A [K, r, in], B [K, out, r], S = X^T X [in, in] (None: the identity) -> G [K, K], the Frobenius inner
+    products of the updates' outputs on X: G_kl = <X (B_k A_k)^T, X (B_l A_l)^T>_F = tr(B_k A_k S A_l^T B_l^T)
+    = sum_ij (B_k^T B_l)_ij (A_k S A_l^T)_ij. With S = I: <B_k A_k, B_l A_l>_F, the weight updates'."""
+    a, b = a.float(), b.float()
+    btb = torch.einsum("kor,los->klrs", b, b)  # [K, K, r, r]
+    left = a if moment is None else a @ moment.to(a.device)  # A_k S [K, r, in]
+    asa = torch.einsum("kri,lsi->klrs", left, a)  # [K, K, r, r]
+    return (btb * asa).sum(dim=(-1, -2))
 
 
-def update_distinctness(a: torch.Tensor, b: torch.Tensor, eps: float = 1e-6) -> torch.Tensor:
-    """Nuclear norm of the row-normalised stack of the K updates, / K: sum_i sqrt(lambda_i(C)) / K,
-    C the cosine matrix of the updates. ``eigvalsh`` has stable gradients even for repeated eigenvalues
-    (C = I); eigenvalues are clamped at ``eps`` so sqrt's gradient stays finite when updates coincide."""
-    gram = update_gram(a, b)
+def update_distinctness(
+    a: torch.Tensor, b: torch.Tensor, moment: torch.Tensor | None = None, eps: float = 1e-6
+) -> torch.Tensor:
+    """Nuclear norm of the row-normalised stack of the K updates' outputs on X (``update_gram``), / K:
+    sum_i sqrt(lambda_i(C)) / K, C the K x K cosine matrix, in [1/sqrt(K), 1]. ``eigvalsh`` has stable
+    gradients even for repeated eigenvalues (C = I); each eigenvalue enters as lambda / sqrt(lambda + eps)
+    (sqrt(lambda) to O(eps) away from 0), whose gradient is finite and positive at lambda = 0 (coinciding
+    adapters are pushed apart, not held)."""
+    gram = update_gram(a, b, moment)
     norms = gram.diagonal().clamp(min=torch.finfo(gram.dtype).tiny).sqrt()  # updates start tiny (init_std)
     cosines = gram / (norms[:, None] * norms[None, :])
-    return torch.linalg.eigvalsh(cosines).clamp(min=eps).sqrt().sum() / gram.size(0)
+    values = torch.linalg.eigvalsh(cosines).clamp(min=0.0)
+    return (values / (values + eps).sqrt()).sum() / gram.size(0)
 
 
 def mutual_information(logits: torch.Tensor) -> torch.Tensor:

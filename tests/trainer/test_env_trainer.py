@@ -277,6 +277,21 @@ def test_skiller_skill_documents_train_against_a_frozen_executor_and_a_critic(tm
     assert (tmp_path / "checkpoint-2").is_dir()  # no environment state to save: the executor is frozen
 
 
+def test_the_skiller_recipe_revises_after_its_critics_feedback(tmp_path, server):
+    # recipe=skiller as shipped (max_turns 2, a critic), with tiny-random as policy and executor and the fake endpoint
+    # as the critic (a tiny-random local writer greedily writes only newlines; a SmolLM2 one took minutes here): the
+    # executor fails every task, so every episode that reaches its revision turn first reads the critic's text
+    tiny = ["data.env.executor_model=tiny-random", "data.env.executor_max_new_tokens=4", "data.env.tasks_per_doc=2",
+            "data.env.critic.backend=openai", f"+data.env.critic.base_url={server}/revise/v1"]  # fmt: skip
+    speed = ["train.steps=2", "eval.at_start=false", "eval.at_end=false"]
+    trainer, _ = env_trainer(["recipe=skiller", *tiny, *speed], tmp_path)
+    trainer.train()
+    logs = step_logs(trainer)
+    assert all(log["env/failures"] == 0 for log in logs) and max(log["env/turns"] for log in logs) > 1.0
+    assert any(log["env/critiques"] > 0 for log in logs), "no revision read the critic's feedback"
+    assert requests_for("revise")  # the critic was asked
+
+
 def test_hindsearch_distils_the_failed_search_episodes_own_turns(tmp_path, server):
     # HindSearch (seed 000 #12) on the search environment: every episode of the random model fails, the writer (an
     # endpoint) critiques its transcript with the gold answer, and the policy reading the environment's first

@@ -106,6 +106,7 @@ def test_a_revision_turn_reads_the_score_and_rewards_telescope():
     assert "Critic" not in feedback[0]  # no critic configured: score-only feedback
     sums = episode_metrics([r], env)  # METRICS from the last step's info: success 3/4, first 0
     assert sums["executor_success"] == 0.75 and sums["first_success"] == 0.0 and sums["skill_gain"] == 0.5
+    assert sums["critiques"] == 0.0  # no critic: no feedback carried its text
 
 
 def test_the_critic_writes_the_feedback_before_a_revision(server):
@@ -119,6 +120,22 @@ def test_the_critic_writes_the_feedback_before_a_revision(server):
     assert "Skill document:\nJust add." in request["prompt"] and request["prompt"].count("Correct answer:") == 3
     text = step.observations[0]["content"]
     assert "solved 0 of 4" in text and "Critic: - The response states the final answer" in text
+    assert step.info["critiques"] == 1.0  # this episode's feedback carried the critic's text
+    assert env.step("Add and carry the ten.").info["critiques"] == 1.0  # the last step's info holds the episode's
+
+
+def test_the_shipped_recipe_revises_after_a_natural_language_critic():
+    # recipe=skiller was plain GRPO on executor success (max_turns 1, critic null, issue 48): the shipped recipe
+    # now has the actor revise its document after a local critic's written feedback
+    from rlpost.app import compose
+    from rlpost.build import build_run
+
+    run = build_run(compose(["recipe=skiller"]))
+    env = run.env.cfg
+    assert env.max_turns >= 2 and env.critic is not None and env.critic["backend"] == "local"
+    assert "with a critic's written feedback between documents" in run.env.describe()
+    qwen = build_run(compose(["recipe=skiller", "data.env.critic.model.source=qwen2_5_coder"])).env.cfg.critic
+    assert qwen["model"]["source"] == "qwen2_5_coder"  # a Qwen critic is one override away
 
 
 def test_the_real_executor_answers_once_loaded():

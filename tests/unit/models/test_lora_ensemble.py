@@ -1,5 +1,6 @@
 """UG-TTT's pieces worked by hand (seed 004 #28): the per-token mutual information across adapters, the
-nuclear-norm distinctness of the adapters' updates, the routed LoRA forward, and the row -> adapter rule."""
+nuclear-norm distinctness of the adapters' updates (on the batch's inputs, recorded by the hooks), the routed
+LoRA forward, and the row -> adapter rule."""
 
 from __future__ import annotations
 
@@ -80,6 +81,56 @@ def test_distinctness_has_finite_gradients_where_eigenvalues_repeat():
     a.requires_grad_(True)
     update_distinctness(a, b).backward()
     assert a.grad.abs().sum() > 0
+
+
+def test_distinctness_on_the_inputs_by_hand():
+    # two rank-1 adapters with orthogonal weight updates u1 = e1^T, u2 = e2^T (one output): in weight space
+    # C = I, distinctness (1 + 1) / 2 = 1, whatever the adapters do to the batch
+    a = torch.tensor([[[1.0, 0.0]], [[0.0, 1.0]]])  # [K=2, r=1, in=2]
+    b = torch.ones(2, 1, 1)  # [K, out=1, r]
+    assert update_distinctness(a, b, eps=1e-12).item() == pytest.approx(1.0, abs=1e-6)
+    # tokens x = (1, 1) and (2, 2): outputs U_1 = X u1^T = (1, 2) = U_2 = X u2^T, one direction: C = [[1, 1], [1, 1]],
+    # eigenvalues (0, 2): sqrt(2) / 2 = 0.707107. S = X^T X = [[5, 5], [5, 5]]
+    moment = torch.tensor([[5.0, 5.0], [5.0, 5.0]])
+    assert update_distinctness(a, b, moment, eps=1e-12).item() == pytest.approx(1 / math.sqrt(2), abs=1e-5)
+    # tokens (1, 0) and (1, 1): U_1 = (1, 1), U_2 = (0, 1), cosine 1 / sqrt(2) = 0.707107; eigenvalues 1 -+ 0.707107:
+    # (sqrt(0.292893) + sqrt(1.707107)) / 2 = (0.541196 + 1.306563) / 2 = 0.923880. S = [[2, 1], [1, 1]]
+    moment = torch.tensor([[2.0, 1.0], [1.0, 1.0]])
+    assert update_gram(a, b, moment).tolist() == [[2.0, 1.0], [1.0, 1.0]]  # <U_k, U_l>: |U_1|^2 = 2, |U_2|^2 = 1
+    assert update_distinctness(a, b, moment, eps=1e-12).item() == pytest.approx(0.923880, abs=1e-5)
+
+
+def test_the_ensemble_measures_distinctness_on_the_recorded_real_tokens():
+    model = TwoLinears()  # q_proj: 3 -> 2
+    ens = LoraEnsemble.attach(model, adapters=2, rank=1, alpha=1.0, target_modules=["q_proj"], init_std=1e-3, seed=0)
+    with torch.no_grad():  # u1 = B_1 A_1 = (1, 1)^T e1^T, u2 = (1, 1)^T e2^T: orthogonal weight updates
+        ens.lora_A["q_proj"].copy_(torch.tensor([[[1.0, 0.0, 0.0]], [[0.0, 1.0, 0.0]]]))
+        ens.lora_B["q_proj"].copy_(torch.ones(2, 2, 1))
+    assert ens.distinctness().item() == pytest.approx(1.0, abs=1e-3)  # nothing recorded: the weight updates
+    # one row of three tokens, the last one padding: x = (1, 1, 0), (2, 2, 5), pad (7, -3, 9)
+    x = torch.tensor([[[1.0, 1.0, 0.0], [2.0, 2.0, 5.0], [7.0, -3.0, 9.0]]])
+    with torch.no_grad(), ens.use(0), ens.recording(torch.tensor([[1, 1, 0]])):
+        model(x)
+    # S = sum over the two real tokens of x x^T: [[1+4, 1+4, 0+10], [5, 5, 10], [10, 10, 25]]
+    assert ens.inputs["q_proj"].tolist() == [[5.0, 5.0, 10.0], [5.0, 5.0, 10.0], [10.0, 10.0, 25.0]]
+    # on these tokens U_1 = U_2 (x_1 = x_2 on each): one direction, distinctness 1 / sqrt(2) = 0.707107
+    assert ens.distinctness(eps=1e-12).item() == pytest.approx(1 / math.sqrt(2), abs=1e-4)
+    model(x)  # a forward outside ``recording`` adds nothing
+    assert ens.inputs["q_proj"][2, 2].item() == 25.0
+    with pytest.raises(RuntimeError, match="the mask is"), ens.recording(torch.ones(1, 2)):
+        model(x)
+
+
+def test_nearly_identical_adapters_are_pushed_apart():
+    # u1 = e1^T, u2 = (cos t, sin t) with t = 1e-3: cosine c = cos t, eigenvalues 1 - c = 5e-7 (< eps = 1e-6) and
+    # 1 + c. D = (f(1 - c) + f(1 + c)) / 2 with f(l) = l / sqrt(l + eps): f'(5e-7) = (l/2 + eps) / (l + eps)^1.5
+    # = 680 and f'(2) = 0.35, so dD/dc = (0.35 - 680) / 2 < 0: raising D lowers c, turns u2 away from u1 (its
+    # sin component grows). A square root of the eigenvalue clamped at eps has f'(5e-7) = 0, and D would rise
+    # with c: the term would pull the adapters together.
+    t = 1e-3
+    a = torch.tensor([[[1.0, 0.0]], [[math.cos(t), math.sin(t)]]], requires_grad=True)
+    update_distinctness(a, torch.ones(2, 1, 1)).backward()
+    assert a.grad[1, 0, 1].item() > 0
 
 
 class TwoLinears(nn.Module):
