@@ -37,7 +37,7 @@ computed from: the gate drops the tokens where the engines disagree
 most (the low-probability, heavy-ratio tokens that IS would up- or down-weight) and closes only
 as far as the band needs. ``band_low`` > 0 is what makes that a regulation rather than "close the
 gate": below it the gate re-opens, so with rollouts that agree (bf16: 0.03-0.04 on SmolLM2, below
-the default band) tau relaxes to ``tau_max`` and no token is dropped, and with fp8 rollouts (0.17-0.18)
+the default band) tau relaxes to ``tau_max`` and no token is dropped, and with fp8 rollouts (0.13-0.20)
 tau falls until the admitted part is in [0.05, 0.10]. ``controlled: real`` keeps the other reading
 for comparison; with a gate it is either inert (the band contains the engines' floor) or saturates
 at ``tau_min`` (the floor is above the band), as the config warnings say.
@@ -70,7 +70,7 @@ logger = logging.getLogger(__name__)
 
 # the engines' floor mismatch: mean |Delta| of a rollout copy of that precision against the fp32 trainer,
 # SmolLM2-135M on CPU (bf16: bench/METHODS.md ACRL; fp8: docs/methods.md ACRL); a band containing it never moves tau
-FLOORS = {"bf16": (0.03, 0.04), "fp8": (0.17, 0.18)}
+FLOORS = {"bf16": (0.03, 0.04), "fp8": (0.13, 0.20)}
 
 
 FLOOR_SOURCE = "rlpost/corrections/acrl.py FLOORS"
@@ -92,7 +92,7 @@ class AdaptiveControl(Correction):
     class Config(CorrectionSettings):
         # fp8: rollouts from a fake-FP8 copy (the abstract's FP8 engine, rlpost/models/fake_fp8.py)
         rollout_precision: Literal["fp32", "bf16", "fp8"] | None = "fp8"
-        # above the bf16 floor (SmolLM2 mean |Delta| 0.03-0.04), below the fp8 one (0.17-0.18): FLOORS
+        # above the bf16 floor (SmolLM2 mean |Delta| 0.03-0.04), below the fp8 one (0.13-0.20): FLOORS
         band_low: Annotated[float, Range(ge=0)] = 5.0e-2
         band_high: Annotated[float, Range(gt=0)] = 1.0e-1
         tau_init: Annotated[float, Range(gt=0)] = 0.5

@@ -40,7 +40,7 @@ def test_show_warns_when_acrl_s_band_holds_the_floor_or_controls_the_real_discre
     (band,) = build_run(compose([*acrl, *old_band])).config_warnings()  # [0.01, 0.05] holds 0.03-0.04
     assert "band [0.01, 0.05] contains the bf16 mismatch floor" in band
     assert not build_run(compose(acrl)).config_warnings()  # the shipped band [0.05, 0.1] lies above it
-    # fp8 rollouts: the shipped band lies below their floor 0.17-0.18; admitted (the default) can meet it
+    # fp8 rollouts: the shipped band lies below their floor 0.13-0.20; admitted (the default) can meet it
     assert not build_run(compose(["algorithm/correction=acrl"])).config_warnings()
     fp8_band = ["algorithm.correction.band_low=0.1", "algorithm.correction.band_high=0.2"]
     (band,) = build_run(compose(["algorithm/correction=acrl", *fp8_band])).config_warnings()
