@@ -2,13 +2,13 @@
 
 Reading of the abstract (ACRL): rather than re-weighting by importance ratios, keep the
 training-inference discrepancy that reaches the update *inside a band* by adaptive (feedback)
-control. rlpost's controller:
+control, with an FP8 inference engine. rlpost's controller:
 
     Delta_t = log pi_train(y_t) - log pi_rollout(y_t)                per token [N, T]
     g_t     = 1[|Delta_t| <= tau]                                    token gate: the loss weight [N, T]
-    D_real  = sum_t m_t |Delta_t| / sum_t m_t                         the real train-inference discrepancy
+    D_real  = sum_t m_t |Delta_t| / sum_t m_t                         the engines' real discrepancy
     D_adm   = sum_t g_t |Delta_t| / sum_t m_t                         the part the gate admits into the update
-    D       = D_real (controlled: real, the default) or D_adm (controlled: admitted)
+    D       = D_adm (controlled: admitted, the default) or D_real (controlled: real)
     tau    <- max(tau * exp(-gain), tau_min)   if D > band_high       tighten
     tau    <- min(tau * exp(+gain), tau_max)   if D < band_low        relax
               unchanged                        otherwise              (dead band)
@@ -16,21 +16,35 @@ control. rlpost's controller:
 The gate of a batch uses the current tau; tau is then updated from that batch's D (feedback, so
 a batch never sees a threshold computed from itself). Choices where the abstract is silent: the
 discrepancy is the mean absolute per-token log-prob difference (the ``mismatch/logp_abs_diff``
-rlpost logs for every run); the actuator is a token gate (tokens far off the rollout policy carry
-no gradient, the others are left unweighted, unlike IS); the update is multiplicative (tau spans
-orders of magnitude between bf16 and fp8 mismatch).
+rlpost logs for every run); the update is multiplicative (tau spans orders of magnitude between
+bf16 and fp8 mismatch); the FP8 engine is a fake-FP8 rollout copy (``rollout_precision: fp8``,
+rlpost/models/fake_fp8.py, rlpost/trainer/rollout_engine.py), the default here.
 
-What the controller keeps in the band is the *real* discrepancy between the rollout engine and the
-trainer, as the abstract says ("adaptively maintains the training-inference discrepancy within a
-reasonable range"). The gate cannot change the engines' numbers within a batch; the loop closes
-through training: while the real discrepancy is above the band the gate narrows, so the updates
-no longer move the policy along the tokens where the engines disagree most, and a policy drifting
-into regions the low-precision engine renders poorly is held back. ``controlled: admitted`` keeps
-the earlier reading: the band holds only the
-discrepancy the gate lets through, which the gate can always meet by closing, whatever the engines
-do. The abstract's entropy increase is an effect to measure (``entropy`` in the logs,
-bench/METHODS.md), not a term added here. The controller state (tau, updates, last D) is saved in
-every checkpoint (rlpost/runs/state.py) and restored on resume. Evaluation batches do not move it.
+The actuator is the token gate, and what it keeps in the band is the discrepancy admitted into
+the update. Why not the real discrepancy, and why not another actuator: the real D is set by the
+two engines and by the policy's entropy (a sampled token near probability 1 has Delta near 0
+whatever the rounding), not by which tokens a batch trains on nor by how far one update moves
+the policy. The copy is re-synced before every generation, so an update changes the next D only
+through the policy it leaves: bench/METHODS.md's two bf16 runs gated 47% and 17% of the tokens
+and both went 0.039 -> 0.032/0.033. A step-size actuator (a learning-rate or clip scale: D above
+the band -> smaller steps) has the same lack of authority, and the drift it would slow has no fixed
+sign (bf16 rollouts: D fell 0.039 -> 0.032 as entropy fell 1.68 -> 1.33; fp8 rollouts: D rose
+0.171 -> 0.183 as entropy fell 1.96 -> 1.70 in two steps), so it would pin its scale at the floor
+while D stays where the engines put it. The one lever on the real D, the policy's entropy, would
+have to be lowered, the opposite of the abstract's "ACRL inherently increases policy entropy".
+What a controller can hold in a range under FP8 inference is the mismatch that the update is
+computed from: the gate drops the tokens where the engines disagree
+most (the low-probability, heavy-ratio tokens that IS would up- or down-weight) and closes only
+as far as the band needs. ``band_low`` > 0 is what makes that a regulation rather than "close the
+gate": below it the gate re-opens, so with rollouts that agree (bf16: 0.03-0.04 on SmolLM2, below
+the default band) tau relaxes to ``tau_max`` and no token is dropped, and with fp8 rollouts (0.13-0.20)
+tau falls until the admitted part is in [0.05, 0.10]. ``controlled: real`` keeps the other reading
+for comparison; with a gate it is either inert (the band contains the engines' floor) or saturates
+at ``tau_min`` (the floor is above the band), as the config warnings say.
+
+The abstract's entropy increase is an effect to measure (``entropy`` in the logs), not a term added
+here. The controller state (tau, updates, last D) is saved in every checkpoint (rlpost/runs/state.py)
+and restored on resume. Evaluation batches do not move it.
 """
 
 from __future__ import annotations
@@ -54,9 +68,18 @@ from rlpost.corrections.base import (
 
 logger = logging.getLogger(__name__)
 
-# the engines' floor mismatch: mean |Delta| of bf16 rollouts against the fp32 trainer, SmolLM2-135M on CPU
-# (bench/METHODS.md ACRL); a band containing it never moves tau with bf16 rollouts
-BF16_FLOOR = (0.03, 0.04)
+# the engines' floor mismatch: mean |Delta| of a rollout copy of that precision against the fp32 trainer,
+# SmolLM2-135M on CPU (bf16: bench/METHODS.md ACRL; fp8: docs/methods.md ACRL); a band containing it never moves tau
+FLOORS = {"bf16": (0.03, 0.04), "fp8": (0.13, 0.20)}
+
+
+FLOOR_SOURCE = "rlpost/corrections/acrl.py FLOORS"
+
+
+def _logged(rows: list[dict[str, Any]], key: str) -> list[float]:
+    """The logged values of ``rlpost/correction/<key>`` in step order."""
+    name = f"rlpost/correction/{key}"
+    return [float(row[name]) for row in rows if row.get(name) is not None]
 
 
 @CORRECTIONS.register("acrl")
@@ -67,14 +90,16 @@ class AdaptiveControl(Correction):
 
     @dataclass(frozen=True)
     class Config(CorrectionSettings):
-        # the band must lie above the engines' floor mismatch (bf16 vs fp32 SmolLM2: mean |Delta| 0.03-0.04)
-        band_low: Annotated[float, Range(ge=0)] = 1.0e-2
-        band_high: Annotated[float, Range(gt=0)] = 5.0e-2
+        # fp8: rollouts from a fake-FP8 copy (the abstract's FP8 engine, rlpost/models/fake_fp8.py)
+        rollout_precision: Literal["fp32", "bf16", "fp8"] | None = "fp8"
+        # above the bf16 floor (SmolLM2 mean |Delta| 0.03-0.04), below the fp8 one (0.13-0.20): FLOORS
+        band_low: Annotated[float, Range(ge=0)] = 5.0e-2
+        band_high: Annotated[float, Range(gt=0)] = 1.0e-1
         tau_init: Annotated[float, Range(gt=0)] = 0.5
         tau_min: Annotated[float, Range(gt=0)] = 1.0e-3
         tau_max: Annotated[float, Range(gt=0)] = 5.0
         gain: Annotated[float, Range(gt=0)] = 0.5
-        controlled: Literal["real", "admitted"] = "real"  # the discrepancy kept in the band
+        controlled: Literal["real", "admitted"] = "admitted"  # the discrepancy kept in the band
 
         def __post_init__(self):
             if not 0 <= self.band_low < self.band_high:
@@ -136,32 +161,65 @@ class AdaptiveControl(Correction):
                 c.tau_min,
             )
 
+    def floor(self) -> tuple[float, float] | None:
+        """The measured floor mismatch (``FLOORS``) of this run's rollout copy; None for fp32 or no copy."""
+        return FLOORS.get(self.cfg.rollout_precision or "")
+
     def band_contains_floor(self) -> bool:
-        """The band [band_low, band_high] holds the whole bf16 floor (``BF16_FLOOR``) and bf16 rollouts give it."""
-        c = self.cfg
-        return c.rollout_precision == "bf16" and c.band_low <= BF16_FLOOR[0] and BF16_FLOOR[1] <= c.band_high
+        """The band [band_low, band_high] holds the whole floor of the rollout precision (``FLOORS``)."""
+        c, floor = self.cfg, self.floor()
+        return floor is not None and c.band_low <= floor[0] and floor[1] <= c.band_high
 
     def config_warnings(self, run: Any) -> list[str]:
-        warnings = []
+        c, floor = self.cfg, self.floor()
+        warnings: list[str] = []
+        if floor is None:
+            return warnings
+        where = f"the {c.rollout_precision} mismatch floor (mean |log pi - log mu| {floor[0]:g}-{floor[1]:g}, {FLOOR_SOURCE})"
         if self.band_contains_floor():
-            c = self.cfg
             warnings.append(
-                f"algorithm/correction=acrl: the band [{c.band_low:g}, {c.band_high:g}] contains the bf16 mismatch floor "
-                f"(mean |log pi - log mu| {BF16_FLOOR[0]:g}-{BF16_FLOOR[1]:g}, rlpost/corrections/acrl.py): with bf16 "
-                f"rollouts the discrepancy sits inside the band, tau stays at tau_init={c.tau_init:g} and the gate "
-                f"admits nearly every token, so its activity figure will stay near 0. Put the band above the floor "
-                f"(algorithm.correction.band_low={BF16_FLOOR[1]:g} or more) or tau_init lower."
+                f"algorithm/correction=acrl: the band [{c.band_low:g}, {c.band_high:g}] contains {where}: with "
+                f"{c.rollout_precision} rollouts the discrepancy sits inside the band, tau stays at "
+                f"tau_init={c.tau_init:g} and the gate admits nearly every token, so its activity figure will stay near "
+                f"0. Put the band below the floor (rollout_precision=fp8 with the default band) or tau_init lower."
+            )
+        elif c.controlled == "real" and c.band_high < floor[0]:
+            warnings.append(
+                f"algorithm/correction=acrl: controlled=real with the band [{c.band_low:g}, {c.band_high:g}] below "
+                f"{where}: the gate cannot lower the engines' discrepancy, so tau will fall to tau_min={c.tau_min:g} "
+                f"and gate nearly every token. Use controlled=admitted, or a band above the floor."
             )
         return warnings
 
     def inert_reason(self, rows: list[dict[str, Any]], run: Any) -> str | None:
-        """The controlled discrepancy stayed inside the band (``in_band`` = 1 every step): tau never moved."""
-        in_band = [row["rlpost/correction/in_band"] for row in rows if row.get("rlpost/correction/in_band") is not None]
+        """Why the gate removed no token in the whole run: the controlled discrepancy stayed inside the band (tau
+        never moved; the band contains the floor when it does), stayed below it (tau only relaxed), or tau stayed
+        above every token's |Delta|."""
+        c = self.cfg
+        in_band = _logged(rows, "in_band")
         if in_band and all(v == 1.0 for v in in_band):
-            where = " (the band contains the bf16 floor)" if self.band_contains_floor() else ""
+            floor = self.floor()
+            where = (
+                f" (the band contains the {c.rollout_precision} floor {floor[0]:g}-{floor[1]:g})"
+                if floor is not None and self.band_contains_floor()
+                else ""
+            )
             return (
-                f"the {self.cfg.controlled} discrepancy stayed inside the band at every step{where}, so tau stayed at "
-                f"tau_init={self.cfg.tau_init:g} and the gate admitted every token"
+                f"the {c.controlled} discrepancy stayed inside the band at every step{where}, so tau stayed at "
+                f"tau_init={c.tau_init:g} and the gate admitted every token"
+            )
+        discrepancy = _logged(rows, f"{c.controlled}_discrepancy")
+        if discrepancy and max(discrepancy) < c.band_low:
+            return (
+                f"the {c.controlled} discrepancy stayed below band_low={c.band_low:g} at every step (at most "
+                f"{max(discrepancy):.3g}: the engines agree within the band), so tau only relaxed and the gate "
+                "admitted every token"
+            )
+        tau = _logged(rows, "tau")
+        if tau:
+            return (
+                f"tau (down to {min(tau):.3g}) stayed above every token's |log pi - log mu|, so the gate admitted "
+                "every token"
             )
         return None
 

@@ -33,7 +33,8 @@ class CorrectionSettings:
 
     # null: rollouts from the policy itself (TRL's generation; vLLM when hardware.use_vllm)
     # fp32 | bf16: rollouts from a copy of the policy in that dtype, synced from the policy before each generation
-    rollout_precision: Literal["fp32", "bf16"] | None = None
+    # fp8: a bf16 copy whose Linear layers compute in fake FP8 e4m3 (rlpost/models/fake_fp8.py), an FP8 engine
+    rollout_precision: Literal["fp32", "bf16", "fp8"] | None = None
 
 
 @dataclass

@@ -4,11 +4,16 @@
 ``rollout_precision=bf16`` it keeps a bf16 copy of the policy, copies the policy's weights into it
 before every generation (one ``load_state_dict``, cast on copy), samples the rollouts with it and
 scores them with it: those are the behaviour log-probs the corrections compare with the trainer's
-fp32 log-probs. With ``rollout_precision=fp32`` the copy is exact, so every weight is exactly 1:
-the end-to-end check of the plumbing. A peer model (``f_tis``'s ``peer_model``) samples the last
+fp32 log-probs. With ``rollout_precision=fp8`` the copy is bf16 with its Linear layers in fake FP8
+(weights and inputs rounded through e4m3, rlpost/models/fake_fp8.py), re-rounded after every copy: an
+FP8 inference engine's mismatch, several times the bf16 one. With ``rollout_precision=fp32`` the copy
+is exact, so every weight is exactly 1: the end-to-end check of the plumbing. A peer model (``f_tis``'s ``peer_model``) samples the last
 ``peer_per_group`` completions of every group and scores them itself.
 
-Choices: behaviour log-probs come from a full forward of the generating model with TRL's own
+Choices: a separate copy synced before each generation rather than rounding the policy in place around
+generation and restoring it: the behaviour log-probs are computed after generation (stage 3), so an
+in-place rounding would have to be redone there and restored twice, and a bitwise restore needs a
+full copy of the weights anyway, the memory the copy takes. Behaviour log-probs come from a full forward of the generating model with TRL's own
 log-prob function (temperature-scaled, like the trainer's), not from ``generate``'s cached scores,
 so train and behaviour differ only by the model and its dtype; the copy is a ``deepcopy`` of the
 unwrapped policy (LoRA adapters included), so it is not available under DeepSpeed ZeRO-3, whose
@@ -26,9 +31,10 @@ from trl.trainer.utils import add_fused_lm_head
 
 from rlpost.generation.kv_cache import preallocated_generation
 from rlpost.generation.prefix_generation import shared_prefix_generation
+from rlpost.models.fake_fp8 import quantize_linears, round_weights
 from rlpost.models.options import load_frozen
 
-DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16}
+DTYPES = {"fp32": torch.float32, "bf16": torch.bfloat16, "fp8": torch.bfloat16}  # fp8: a bf16 copy, fake-FP8 linears
 
 
 def _fused_head(model, trainer) -> None:
@@ -84,6 +90,9 @@ class RolloutEngine:
         if precision is not None:
             self.copy = copy.deepcopy(policy).to(DTYPES[precision]).eval().requires_grad_(False)
             _fused_head(self.copy, trainer)
+            if precision == "fp8":
+                quantize_linears(self.copy)
+        self.fp8 = precision == "fp8"
         self.peer = None
         self.peer_per_group = peer_per_group if peer_config is not None else 0
         if peer_config is not None:
@@ -96,9 +105,11 @@ class RolloutEngine:
         self.peer_rows: list[bool] = []  # this process's rows of the last generation: sampled by the peer
 
     def sync(self, trainer) -> None:
-        """Copy the policy's current weights into the rollout copy (cast to its dtype)."""
+        """Copy the policy's current weights into the rollout copy (cast to its dtype; fp8: rounded again)."""
         if self.copy is not None:
             self.copy.load_state_dict(trainer.accelerator.unwrap_model(trainer.model).state_dict())
+            if self.fp8:
+                round_weights(self.copy)
 
     def generate(self, trainer, prompt_ids: list[list[int]], num_generations: int, own: Callable) -> list[list[int]]:
         """Completion ids for this process's prompts; ``own(prompt_ids)`` is TRL's generation with the policy itself."""

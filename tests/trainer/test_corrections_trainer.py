@@ -4,6 +4,9 @@ every group, acrl's controller in the checkpoint."""
 
 from __future__ import annotations
 
+import math
+
+import pytest
 import torch
 
 from rlpost.runs.state import STATE_FILE
@@ -132,6 +135,8 @@ def test_acrl_and_ais_run_and_acrl_state_is_checkpointed(tmp_path):
         tmp_path / "acrl",
         [
             "algorithm/correction=acrl",
+            "algorithm.correction.rollout_precision=bf16",
+            "algorithm.correction.controlled=real",
             "algorithm.correction.band_low=0.01",
             "algorithm.correction.band_high=0.1",
             "train.save_steps=1",
@@ -146,3 +151,37 @@ def test_acrl_and_ais_run_and_acrl_state_is_checkpointed(tmp_path):
     _, rec, logs, moved = run_steps(tmp_path / "ais", ["algorithm/correction=ais"], steps=1)
     assert moved and 0 < logs[0]["rlpost/correction/lam"] < 1
     assert 0 < logs[0]["rlpost/correction/reliability"] <= 1
+
+
+def test_acrl_with_fp8_rollouts_tightens_the_gate_until_it_drops_tokens(tmp_path):
+    """The fake-FP8 rollout copy's mismatch (tiny model: ~0.003-0.004 per token) lies above a band that the bf16
+    copy's (~0.0007) lies below, so the same controller tightens with fp8 rollouts and relaxes with bf16 ones."""
+    band = ["algorithm.correction.band_low=0.001", "algorithm.correction.band_high=0.002"]
+    ctrl = ["algorithm.correction.tau_init=0.05", "algorithm.correction.gain=1.0"]
+    _, rec, logs, moved = run_steps(tmp_path / "fp8", ["algorithm/correction=acrl", *band, *ctrl], steps=3)
+    assert rec.inner.cfg.rollout_precision == "fp8" and rec.inner.cfg.controlled == "admitted"  # the shipped node
+    tau = 0.05
+    for (x, weights), log in zip(rec.calls, logs):
+        delta, m = (x.train_logps - x.behaviour_logps).abs() * x.mask, x.mask
+        real = (delta.sum() / m.sum()).item()  # D_real = sum_t m_t |Delta_t| / sum_t m_t
+        gate = (delta <= tau).float()  # g_t = 1[|Delta_t| <= tau], tau of the steps before
+        admitted = (gate * delta).sum().item() / m.sum().item()  # D_adm = sum_t g_t |Delta_t| / sum_t m_t
+        assert log["rlpost/correction/tau"] == pytest.approx(tau)
+        assert torch.equal(weights, gate)
+        assert log["rlpost/correction/real_discrepancy"] == pytest.approx(real)
+        assert log["rlpost/correction/admitted_discrepancy"] == pytest.approx(admitted)
+        assert real > 0.002 and admitted > 0.002  # above band_high: tighten, tau <- tau * exp(-1)
+        gated = 1 - (gate * m).sum().item() / m.sum().item()
+        assert log["active/correction/acrl"] == pytest.approx(gated)  # the share of tokens the gate removed
+        tau *= math.exp(-1.0)
+    assert rec.inner.tau == pytest.approx(0.05 * math.exp(-3))  # 0.05 -> 0.0184 -> 0.0068 -> 0.0025
+    # by step 3 tau (0.0068) is below the largest fp8 |Delta| (~0.01): the gate removes tokens
+    assert logs[2]["active/correction/acrl"] > 0 and logs[2]["rlpost/correction/gated_fraction"] > 0
+    assert moved
+    # the bf16 copy on the same band: its mismatch is below band_low, tau <- tau * exp(+1), nothing gated
+    _, rec, logs, _ = run_steps(
+        tmp_path / "bf16", ["algorithm/correction=acrl", "algorithm.correction.rollout_precision=bf16", *band, *ctrl]
+    )
+    assert [log["rlpost/correction/tau"] for log in logs] == pytest.approx([0.05, 0.05 * math.e])
+    assert all(log["rlpost/correction/real_discrepancy"] < 0.001 for log in logs)
+    assert all(log["active/correction/acrl"] == 0 for log in logs)

@@ -142,9 +142,9 @@ def test_acrl_controller_on_the_admitted_discrepancy_tightens_then_holds_in_band
 
 
 def test_acrl_controller_on_the_real_discrepancy_keeps_tightening_while_the_engines_disagree():
-    # controlled: real (the default). |Delta| = [0.1, 0.2, 0.3, 0]: D_real = 0.6 / 4 = 0.15 > 0.05 on every
+    # controlled: real. |Delta| = [0.1, 0.2, 0.3, 0]: D_real = 0.6 / 4 = 0.15 > 0.05 on every
     # batch, whatever the gate admits -> tau = 0.25 e^-0.5 = 0.151633, then 0.25 e^-1 = 0.091970
-    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.25, gain=0.5)
+    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.25, gain=0.5, controlled="real")
     acrl = AdaptiveControl(cfg)
     x = inputs([[0.1, -0.2, 0.3, 0.0]])
     w, m = acrl(x)  # tau 0.25: gate [1, 1, 0, 1], D_adm = 0.075
@@ -164,7 +164,7 @@ def test_acrl_controller_on_the_real_discrepancy_keeps_tightening_while_the_engi
 def test_acrl_warns_once_when_the_band_lies_below_what_gating_can_reach(caplog):
     # D_real = 0.15 > band_high every batch: tau 0.3 -> 0.3 e^-1 = 0.110 (not yet), then max(0.041, 0.1) = 0.1
     # = tau_min with D still above the band: saturated from the second batch's update on
-    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.3, tau_min=0.1, gain=1.0)
+    cfg = AdaptiveControl.Config(band_low=0.01, band_high=0.05, tau_init=0.3, tau_min=0.1, gain=1.0, controlled="real")
     acrl = AdaptiveControl(cfg)
     x = inputs([[0.1, -0.2, 0.3, 0.0]])
     with caplog.at_level("WARNING", logger="rlpost.corrections.acrl"):
@@ -190,7 +190,7 @@ def test_acrl_relaxes_below_the_band_up_to_tau_max_and_eval_batches_do_not_move_
 
 def test_acrl_state_travels_through_a_checkpoint_file(tmp_path):
     acrl = AdaptiveControl(AdaptiveControl.Config(tau_init=1.0, gain=0.5))
-    acrl(inputs([[3.0, 0.5]]))  # gate [0, 1]; D_real = 1.75 > 0.01 -> tau = e^-0.5
+    acrl(inputs([[3.0, 0.5]]))  # gate [0, 1]; D_adm = 0.5 / 2 = 0.25 > band_high 0.1 -> tau = e^-0.5
     save_component_state([("algorithm.correction", acrl)], tmp_path)
     fresh = AdaptiveControl(AdaptiveControl.Config(tau_init=1.0, gain=0.5))
     assert load_component_state([("algorithm.correction", fresh)], tmp_path) == ["algorithm.correction"]
@@ -208,7 +208,7 @@ def test_none_is_exactly_one():
         (["algorithm/correction=tis", "algorithm.correction.rollout_precision=null"], "nothing to correct"),
         (["algorithm/correction=mis", "algorithm.correction.low=3.0"], "low < high"),
         (["algorithm/correction=tis", "algorithm.correction.level=tokens"], "Valid choices: token, sequence"),
-        (["algorithm/correction=tis", "algorithm.correction.rollout_precision=fp8"], "rollout_precision"),
+        (["algorithm/correction=tis", "algorithm.correction.rollout_precision=fp4"], "rollout_precision"),
         (["algorithm/correction=tsi"], "algorithm/correction.*acrl, ais, f_tis, mis, none, tis"),
         (["algorithm/correction=f_tis", "algorithm.correction.peer_model=tiny"], "choices: .*tiny-random"),
         (
