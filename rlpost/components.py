@@ -80,6 +80,8 @@ import rlpost.rewards.code_exec  # noqa: F401
 import rlpost.rewards.core  # noqa: F401
 import rlpost.rewards.dar  # noqa: F401
 import rlpost.rewards.dynamic_rubric  # noqa: F401
+import rlpost.rewards.ens_gap  # noqa: F401
+import rlpost.rewards.ensemble_weights  # noqa: F401
 import rlpost.rewards.env  # noqa: F401
 import rlpost.rewards.exact_match  # noqa: F401
 import rlpost.rewards.few_shot_gain  # noqa: F401

@@ -20,6 +20,11 @@ Choices where the abstract is silent:
 - A completion with no usable prediction gets ``unparsable`` (default 0.0, the bound that
   r approaches as the gap grows); a row whose target has no number is unscorable (``None``).
 Not a group reward: each completion is scored alone.
+
+This term compares the numbers a completion writes with a target column. REATS's own reward, the *forecast* MSE
+gap of the ensemble the completion's weights form (the candidates' forecasts and the true future read from the
+row), is ``reward=ensemble_weights`` (rlpost/rewards/ensemble_weights.py), which maps that gap with
+``reciprocal_map``.
 """
 
 from __future__ import annotations
@@ -41,6 +46,11 @@ def target_vector(gold: Any) -> list[float] | None:
         return numbers if values and len(numbers) == len(values) else None
     value = gold_number(gold)
     return None if value is None else [value]
+
+
+def reciprocal_map(gap: float, scale: float) -> float:
+    """``1 / (1 + gap / scale)``: 1 at ``gap = 0``, 1/2 at ``gap = scale``, -> 0 as the gap grows."""
+    return 1.0 / (1.0 + gap / scale)
 
 
 def last_numbers(text: str, k: int) -> list[float] | None:
@@ -83,8 +93,8 @@ class Reciprocal(Reward):
                 continue
             diffs = [(a - b) ** 2 if cfg.error == "squared" else abs(a - b) for a, b in zip(x, y)]
             gap = max(0.0, sum(diffs) / len(diffs) - float(oracle or 0.0))
-            out.append(1.0 / (1.0 + gap / cfg.scale))
+            out.append(reciprocal_map(gap, cfg.scale))
         return out
 
 
-__all__ = ["Reciprocal", "last_numbers", "target_vector"]
+__all__ = ["Reciprocal", "last_numbers", "reciprocal_map", "target_vector"]
