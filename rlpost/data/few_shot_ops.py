@@ -92,7 +92,9 @@ def operator_names(n: int, seed: int) -> list[str]:
     return rng.sample(words, n)
 
 
-def split_operators(held_out: bool, held_out_share: float, operator_seed: int, operand_max: int) -> list[tuple[str, str, Callable]]:
+def split_operators(
+    held_out: bool, held_out_share: float, operator_seed: int, operand_max: int
+) -> list[tuple[str, str, Callable]]:
     """This split's operators ``[(name, rule, f)]``: the pool shuffled with ``operator_seed``, its last
     ``round(held_out_share * len(pool))`` held out (at least one on each side)."""
     pool = operator_pool(operand_max)

@@ -42,8 +42,8 @@ from rlpost.evaluation.few_shot import few_shot_metrics
 from rlpost.evaluation.invariance import variant_metrics
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
-from rlpost.rewards.group import extract_answer
 from rlpost.rewards.few_shot_gain import zero_shot_prompt
+from rlpost.rewards.group import extract_answer
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.scoring.correctness import Correctness
 from rlpost.scoring.score import score
@@ -150,7 +150,8 @@ def _zero_shot_verdicts(
     prompts = [zero_shot_prompt(r["prompt"], str(r[column])) for r in rows]
     texts: list[str] = []
     for start in range(0, len(prompts), batch_size):
-        texts += _generate(model, tokenizer, prompts[start : start + batch_size], max_new_tokens, greedy, temperature)[0]
+        chunk = prompts[start : start + batch_size]
+        texts += _generate(model, tokenizer, chunk, max_new_tokens, greedy, temperature)[0]
     wrapped = [[{"role": "assistant", "content": t}] if isinstance(p, list) else t for p, t in zip(prompts, texts)]
     values = func(prompts=prompts, completions=wrapped, completion_ids=None, **columns)
     return [None if v is None or math.isnan(float(v)) else float(v) >= threshold for v in values]

@@ -46,7 +46,9 @@ class RolloutSeams(SeamBase):
         """Per sample ``[B]`` the summed log-probs under the rollout policy of the ``(context, text)`` pairs the
         requiring reward's ``policy_targets(prompt, row)`` names (None where it names none); one no-grad forward."""
         if len(funcs) != 1:
-            raise RuntimeError(f"rlpost_policy_logprobs needs exactly one reward term to name its targets, got {len(funcs)}")
+            raise RuntimeError(
+                f"rlpost_policy_logprobs needs exactly one reward term to name its targets, got {len(funcs)}"
+            )
         if len(rows) != len(prompts):
             raise RuntimeError(f"rlpost_policy_logprobs: {len(prompts)} prompts but {len(rows)} rows in the batch")
         targets = [funcs[0].policy_targets(p, row) for p, row in zip(prompts, rows)]

@@ -110,8 +110,11 @@ def test_few_shot_ops_rows_show_their_operator_and_held_out_operators_are_unseen
         demos = [re.fullmatch(rf"(\d) {name} (\d) = (-?\d+)", line).groups() for line in lines[1:4]]
         a, b = map(int, re.fullmatch(rf"What is (\d) {name} (\d)\? Give only the number\.", lines[4]).groups())
         assert len({(x, y) for x, y, _ in demos} | {(a, b)}) == 4  # 3 distinct demonstrations, none the query
+
         # the rule is plain arithmetic in a and b (max/min of the pair included): evaluate it on each pair
-        value = lambda x, y: eval(row["rule"], {"max": max, "min": min}, {"a": x, "b": y})  # noqa: E731, S307
+        def value(x, y, rule=row["rule"]):
+            return eval(rule, {"max": max, "min": min}, {"a": x, "b": y})  # noqa: S307
+
         assert all(int(out) == value(int(x), int(y)) for x, y, out in demos)
         assert row["answer"] == str(value(a, b))
         assert json.loads(row["demo_answers"]) == [out for _, _, out in demos]

@@ -102,7 +102,9 @@ def test_fsa_grpo_recipe_logs_the_few_shot_readout_on_the_tiny_model(tmp_path):
     assert len(evals) == 2  # at start and at end
     for r in evals:
         assert r["eval/few_shot/rows"] == 6
-        assert r["eval/few_shot/gain"] == pytest.approx(r["eval/few_shot/with_demos"] - r["eval/few_shot/without_demos"])
+        assert r["eval/few_shot/gain"] == pytest.approx(
+            r["eval/few_shot/with_demos"] - r["eval/few_shot/without_demos"]
+        )
         assert r["eval/few_shot/with_demos"] == pytest.approx(r["eval/accuracy"])  # every held-out row scored
     steps = [r for r in rows if "few_shot_gain/zero_shot_p" in r]
     assert len(steps) == 2 and all(0.0 < r["few_shot_gain/zero_shot_p"] < 1.0 for r in steps)
