@@ -106,6 +106,14 @@ def test_policy_targets_are_the_gold_after_the_zero_shot_prompt():
     assert make().policy_targets(PROMPT, {"answer": None, "zero_shot": ZERO_SHOT}) is None
     assert zero_shot_prompt("demo\n\nQ", "Q") == "Q"
     assert make().rollout_fields == ("policy_logprobs",) and make(scorer="frozen").rollout_fields == ()
+    # a data=mixture source's term names its targets on its own source's rows only
+    from rlpost.data.mixture import SOURCE_COLUMN
+    from rlpost.scoring.sources import ScopedReward, SourceRows
+
+    scoped = ScopedReward(make(), "ops", SourceRows("ops"))
+    assert scoped.rollout_fields == ("policy_logprobs",)
+    assert scoped.policy_targets(PROMPT, {**row, SOURCE_COLUMN: "ops"}) == make().policy_targets(PROMPT, row)
+    assert scoped.policy_targets(PROMPT, {**row, SOURCE_COLUMN: "gsm"}) is None
 
 
 def gold_logprob(model, tok, messages, text):
