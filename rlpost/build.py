@@ -240,6 +240,10 @@ def build_eval(run: BuiltRun) -> None:
                 f"eval.{key}={getattr(ev, key)!r} compares correctness verdicts, but the run has no correctness "
                 "criterion (a verifiable reward term, or eval.correct_term)."
             )
+    if ev.without_demos is not None and not ev.greedy:
+        raise ConfigError(
+            f"eval.without_demos={ev.without_demos!r} compares the greedy verdicts; set eval.greedy=true."
+        )
     if ev.without_demos is not None and run.env is not None:
         raise ConfigError(
             f"eval.without_demos={ev.without_demos!r} answers single-turn prompts again without their demonstrations, "

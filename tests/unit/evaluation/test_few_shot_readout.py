@@ -86,6 +86,8 @@ def test_without_demos_is_refused_before_the_model_loads(tmp_path, monkeypatch):
     with pytest.raises(ConfigError, match="eval.without_demos='zero_shot' compares correctness verdicts"):
         build_run(compose([*TINY, HASH_REWARD, "data=few_shot_ops", "eval.correct_term=null",
                            "eval.without_demos=zero_shot"]))  # fmt: skip
+    with pytest.raises(ConfigError, match="eval.without_demos='zero_shot' compares the greedy verdicts"):
+        build_run(compose([*TINY, "data=few_shot_ops", "eval.greedy=false", "eval.without_demos=zero_shot"]))
     a_set = "eval.sets=[{name: ops, data: few_shot_ops, size: 4, greedy: false, samples: 2, without_demos: zero_shot}]"
     with pytest.raises(ConfigError, match="without_demos='zero_shot' reads the greedy verdicts"):
         build_run(compose([*TINY, a_set]))
