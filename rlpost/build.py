@@ -234,10 +234,20 @@ def build_eval(run: BuiltRun) -> None:
         raise ConfigError(
             f"Invalid eval.majority_answer={ev.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
-    if ev.variants_of is not None and pooled is None:
+    for key in ("variants_of", "without_demos"):
+        if getattr(ev, key) is not None and pooled is None:
+            raise ConfigError(
+                f"eval.{key}={getattr(ev, key)!r} compares correctness verdicts, but the run has no correctness "
+                "criterion (a verifiable reward term, or eval.correct_term)."
+            )
+    if ev.without_demos is not None and not ev.greedy:
         raise ConfigError(
-            f"eval.variants_of={ev.variants_of!r} compares correctness verdicts, but the run has no correctness "
-            "criterion (a verifiable reward term, or eval.correct_term)."
+            f"eval.without_demos={ev.without_demos!r} compares the greedy verdicts; set eval.greedy=true."
+        )
+    if ev.without_demos is not None and run.env is not None:
+        raise ConfigError(
+            f"eval.without_demos={ev.without_demos!r} answers single-turn prompts again without their demonstrations, "
+            f"but data/env={run.data.env.get('name')} evaluates whole episodes; set eval.without_demos=null."
         )
     if ev.calibration is not None and ev.samples < 2:
         raise ConfigError(

@@ -72,6 +72,9 @@ class EvalSettings:
     # sampled predictions of each prompt (rlpost/evaluation/calibration.py); needs samples >= 2
     calibration: str | None = None
     calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
+    # a data column of each prompt's user turn without its demonstrations (data=few_shot_ops's zero_shot): a second
+    # greedy pass on it and the accuracy with minus without the demonstrations (rlpost/evaluation/few_shot.py)
+    without_demos: str | None = None
     correct_term: str | None = "auto"  # the reward term behind eval/accuracy (rlpost/scoring/correctness.py)
     correct_threshold: Annotated[float, Range()] = 1.0  # a completion is correct when that term scores at least this
     samples: Annotated[int, Range(ge=0, why="0 = greedy only")] = 0  # sampled completions per prompt
@@ -92,8 +95,8 @@ class EvalSettings:
 
 def readout_columns(settings: Any, prefix: str = "") -> dict[str, str]:
     """``{"<prefix><key>": column}`` of the held-out readouts ``settings`` names (``group_by``, ``variants_of``,
-    ``calibration``: the run's ``eval``, an eval set, ``rlpost eval``), the unset ones left out."""
-    keys = ("group_by", "variants_of", "calibration")
+    ``calibration``, ``without_demos``: the run's ``eval``, an eval set, ``rlpost eval``), the unset ones left out."""
+    keys = ("group_by", "variants_of", "calibration", "without_demos")
     return {f"{prefix}{key}": getattr(settings, key) for key in keys if getattr(settings, key) is not None}
 
 

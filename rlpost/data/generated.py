@@ -54,6 +54,12 @@ def _ensemble_weights(seed: int, size: int, **params) -> list[dict]:
     return ensemble_weight_rows(seed, size, **params)
 
 
+def _few_shot_ops(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.few_shot_ops import few_shot_ops_rows
+
+    return few_shot_ops_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
@@ -64,4 +70,8 @@ GENERATED: dict[str, tuple[Any, str | None]] = {
     "persona_arithmetic": (_persona_arithmetic, None),
     "noisy_line": (_noisy_line, None),
     "ensemble_weights": (_ensemble_weights, None),
+    "few_shot_ops": (_few_shot_ops, None),
 }
+# generators called with held_out=True for the held-out split (False for training): their held-out rows come from a
+# pool of their own (few_shot_ops: operators never trained on), not only from another seed
+HELD_OUT_AWARE = frozenset({"few_shot_ops"})

@@ -33,7 +33,7 @@ from rlpost.core.schema import (  # noqa: F401  (RESOURCES, resolve_data_path: r
     require_text_file,
     resolve_data_path,
 )
-from rlpost.data.generated import GENERATED
+from rlpost.data.generated import GENERATED, HELD_OUT_AWARE
 
 if TYPE_CHECKING:
     import datasets
@@ -178,12 +178,14 @@ def _benchmark_split(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
 
 def _generated_splits(cfg: DataConfig) -> tuple[list[dict], list[dict]]:
     """``data.source=generated`` (``GENERATED[data.task]``): train rows from ``seed``, held-out rows from another
-    seed minus every training prompt and every prompt of the benchmark the task imitates."""
+    seed minus every training prompt and every prompt of the benchmark the task imitates (a ``HELD_OUT_AWARE``
+    generator is told which split it draws)."""
     generate, imitated = GENERATED[cfg.task or ""]
     assert cfg.train_size is not None  # required (DataConfig.__post_init__)
+    split = (lambda held: {"held_out": held}) if cfg.task in HELD_OUT_AWARE else (lambda held: {})
     try:
-        train_rows = generate(cfg.seed, cfg.train_size, **cfg.task_params)
-        held_rows = generate(cfg.seed + EVAL_SEED_OFFSET, 2 * cfg.eval_size + 100, **cfg.task_params)
+        train_rows = generate(cfg.seed, cfg.train_size, **cfg.task_params, **split(False))
+        held_rows = generate(cfg.seed + EVAL_SEED_OFFSET, 2 * cfg.eval_size + 100, **cfg.task_params, **split(True))
     except (TypeError, ValueError) as err:
         raise ConfigError(f"Bad data.task_params for {cfg.task}: {err}") from None
     where = f"generated {cfg.task}"

@@ -9,7 +9,9 @@ completion is correct. With a term that scores abstention (``ternary_abstention`
 recall and F1 (rlpost/evaluation/abstention.py). With ``group_by`` (a dataset column, e.g. AIR's ``variant``) the accuracy (or,
 without a criterion, the reward) is also reported per value of that column; with ``variants_of`` (a column naming
 the question a row is a variant of, e.g. AIR's ``intent_id``) and a criterion, the group accuracy and consistency
-over each question's variants (rlpost/evaluation/invariance.py).
+over each question's variants (rlpost/evaluation/invariance.py); with ``without_demos`` (a column holding each
+prompt's user turn without its demonstrations) and a criterion, a second greedy pass on those turns and the
+accuracy with minus without the demonstrations (rlpost/evaluation/few_shot.py).
 
 ``evaluate_sampled`` draws ``n`` completions per prompt and reports, with a criterion, pass@k with the
 unbiased estimator ``1 - C(n - c, k) / C(n, k)`` (c = correct samples of the prompt; Chen et al. 2021),
@@ -36,9 +38,11 @@ from rlpost.envs.base import Environment
 from rlpost.envs.runner import ChatRenderer, EpisodeResult, episode_fields, episode_metrics, run_episodes
 from rlpost.evaluation.abstention import abstention_metrics
 from rlpost.evaluation.calibration import calibration_scores
+from rlpost.evaluation.few_shot import few_shot_metrics
 from rlpost.evaluation.invariance import variant_metrics
 from rlpost.generation import onednn
 from rlpost.generation.kv_cache import preallocated_generation
+from rlpost.rewards.few_shot_gain import zero_shot_prompt
 from rlpost.rewards.group import extract_answer
 from rlpost.rewards.math_answer import gold_number, last_number
 from rlpost.scoring.correctness import Correctness
@@ -69,6 +73,7 @@ def evaluate(
     env: Environment | None = None,
     items: list[dict[str, Any]] | None = None,
     prefix: str = "eval",
+    without_demos: str | None = None,
 ) -> dict[str, float]:
     """Accuracy (with ``correct``), per-term means, the reward and mean completion length, as ``<prefix>/...``;
     with ``env`` each prompt is one episode (rlpost/envs/runner.py), its length the tokens the policy wrote,
@@ -115,9 +120,13 @@ def evaluate(
         result[f"{prefix}/accuracy"] = correct.accuracy(scores)
         nan = torch.full((len(rows),), float("nan"))
         per_row = torch.where(correct.scored(scores), correct.correct(scores).float(), nan)
+        verdicts = [None if math.isnan(v) else v == 1.0 for v in per_row.tolist()]
         if variants_of is not None:  # every variant of a question right; its variants agreeing
-            verdicts = [None if math.isnan(v) else v == 1.0 for v in per_row.tolist()]
             result.update(variant_metrics(verdicts, [r.get(variants_of) for r in rows], prefix))
+        if without_demos is not None:  # the same prompts without their demonstrations (few_shot.py)
+            zero_shot = _zero_shot_verdicts(model, tokenizer, rows, reward_funcs[correct.index], correct.threshold,
+                                            without_demos, max_new_tokens, batch_size, greedy, temperature, columns)  # fmt: skip
+            result.update(few_shot_metrics(verdicts, zero_shot, prefix))
     result[f"{prefix}/reward"] = torch.nanmean(rewards).item()
     result.update(abstention_metrics(reward_funcs, wrapped, columns, prefix))  # a term that scores abstention
     if items is not None:
@@ -130,6 +139,22 @@ def evaluate(
     if env is not None:
         result.update(episode_eval_metrics(episodes, env, prefix))
     return result
+
+
+def _zero_shot_verdicts(
+    model, tokenizer, rows: list[dict], func: Callable, threshold: float, column: str, max_new_tokens: int,
+    batch_size: int, greedy: bool, temperature: float, columns: dict[str, list],
+) -> list[bool | None]:  # fmt: skip
+    """The criterion term's verdict ``[N]`` (None: unscored) on each row answered with its user turn replaced by
+    ``row[column]`` (the prompt without its demonstrations)."""
+    prompts = [zero_shot_prompt(r["prompt"], str(r[column])) for r in rows]
+    texts: list[str] = []
+    for start in range(0, len(prompts), batch_size):
+        chunk = prompts[start : start + batch_size]
+        texts += _generate(model, tokenizer, chunk, max_new_tokens, greedy, temperature)[0]
+    wrapped = [[{"role": "assistant", "content": t}] if isinstance(p, list) else t for p, t in zip(prompts, texts)]
+    values = func(prompts=prompts, completions=wrapped, completion_ids=None, **columns)
+    return [None if v is None or math.isnan(float(v)) else float(v) >= threshold for v in values]
 
 
 def _term_mean(values: torch.Tensor, weights: list | None) -> float:

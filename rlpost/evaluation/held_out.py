@@ -51,6 +51,7 @@ class Split:
     variants_of: str | None = None  # the column naming the question a row is a variant of (invariance.py)
     calibration: str | None = None  # the column of numeric targets of the sampled predictions (calibration.py)
     calibration_level: float = 0.8
+    without_demos: str | None = None  # the column of each prompt's user turn without its demonstrations (few_shot.py)
     env: Any = None  # data/env: each held-out prompt is one episode (the run's split only)
 
 
@@ -64,6 +65,7 @@ def evaluate_run(
         eval_set, run.reward, run.correct, "eval", ev.size, train.max_completion_length, greedy=ev.greedy,
         samples=ev.samples, pass_k=tuple(ev.pass_k), majority_answer=ev.majority_answer, group_by=ev.group_by,
         variants_of=ev.variants_of, calibration=ev.calibration, calibration_level=ev.calibration_level, env=run.env,
+        without_demos=ev.without_demos,
     )  # fmt: skip
     sets = [
         Split(
@@ -81,6 +83,7 @@ def evaluate_run(
             variants_of=spec.cfg.variants_of,
             calibration=spec.cfg.calibration,
             calibration_level=spec.cfg.calibration_level,
+            without_demos=spec.cfg.without_demos,
         )  # fmt: skip
         for spec, rows in zip(run.eval_sets, set_rows)
     ]
@@ -115,6 +118,7 @@ def _score(split: Split, run: BuiltRun, model, tokenizer, items: list[dict] | No
                     max_new_tokens=split.max_new_tokens, correct=split.correct, batch_size=ev.batch_size,
                     greedy=split.greedy, temperature=temperature, size=split.size, group_by=split.group_by,
                     variants_of=split.variants_of, show_progress=show, env=split.env, items=items, prefix=split.prefix,
+                    without_demos=split.without_demos,
                 )
             )  # fmt: skip
         if split.samples:

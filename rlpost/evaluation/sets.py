@@ -13,7 +13,7 @@ scores every set and logs ``eval/<set>/<metric>``: greedy ``accuracy`` (only wit
 criterion, rlpost/scoring/correctness.py), ``reward``, ``mean_length``, ``abstention/{precision,recall,f1}``
 (with a reward term that scores abstention, rlpost/evaluation/abstention.py), and with ``samples: n`` the sampled
 ``avg@n``, ``pass@k`` and ``maj@k`` (rlpost/evaluation/evaluate.py ``sample_metrics``); a set takes the run's
-``group_by``, ``variants_of`` and ``calibration`` readouts as keys of its own (its data's columns).
+``group_by``, ``variants_of``, ``calibration`` and ``without_demos`` readouts as keys of its own (its data's columns).
 """
 
 from __future__ import annotations
@@ -58,14 +58,16 @@ class EvalSetConfig:
     variants_of: str | None = None  # a column naming the question a row is a variant of (eval.variants_of)
     calibration: str | None = None  # a column of numeric targets of the sampled predictions (eval.calibration)
     calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
+    without_demos: str | None = None  # a column of each prompt's turn without demonstrations (eval.without_demos)
 
     def __post_init__(self):
         if not self.greedy and self.samples < 1:
             raise ValueError("greedy=false and samples=0 leave nothing to evaluate; set samples=<n>")
         if self.calibration is not None and self.samples < 2:
             raise ValueError(f"calibration={self.calibration!r} reads a distribution of predictions; set samples >= 2")
-        if self.variants_of is not None and not self.greedy:
-            raise ValueError(f"variants_of={self.variants_of!r} reads the greedy verdicts; set greedy=true")
+        for key in ("variants_of", "without_demos"):
+            if getattr(self, key) is not None and not self.greedy:
+                raise ValueError(f"{key}={getattr(self, key)!r} reads the greedy verdicts; set greedy=true")
 
     def data_columns(self) -> dict[str, str]:
         """``{"<key>": column}``: every held-out data column the set's evaluation reads."""
@@ -160,9 +162,10 @@ def _build_set(cfg: EvalSetConfig, seed: int, run_reward: RewardParts, build_rew
     correct = find_correctness(
         verifiable_terms(reward.funcs), reward.names, cfg.correct_term, cfg.correct_threshold, where
     )
-    if cfg.variants_of is not None and correct is None:
-        raise ConfigError(f"{where}.variants_of={cfg.variants_of!r} compares correctness verdicts, but the set has no "
-                          "correctness criterion (a verifiable reward term, or correct_term).")  # fmt: skip
+    for key in ("variants_of", "without_demos"):
+        if getattr(cfg, key) is not None and correct is None:
+            raise ConfigError(f"{where}.{key}={getattr(cfg, key)!r} compares correctness verdicts, but the set has no "
+                              "correctness criterion (a verifiable reward term, or correct_term).")  # fmt: skip
     transform = build_transform(data.transform, f"{where}.data.transform")
     return EvalSet(cfg=cfg, data=data, reward=reward, correct=correct, transform=transform)
 

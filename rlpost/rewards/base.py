@@ -43,7 +43,8 @@ class Reward(Component):
     group_size: int | None = None  # G, set by the trainer for group rewards (None: runs of equal prompts)
     learning: bool = False  # set by the trainer: True while scoring a training batch (online rewards learn then)
     # extra rollout columns the trainer adds to the reward inputs: "logprob" -> rlpost_logprob [N],
-    # each completion's mean token log-prob under the rollout policy
+    # each completion's mean token log-prob under the rollout policy; "policy_logprobs" -> rlpost_policy_logprobs
+    # [N], per sample the summed log-probs under the rollout policy of the (context, text) pairs of policy_targets
     rollout_fields: tuple[str, ...] = ()
     # a row column whose values weight this term's held-out mean (None: every prompt counts once), e.g.
     # IFEval's instruction count: its instruction-level accuracy is a share of instructions, not of prompts
@@ -58,6 +59,12 @@ class Reward(Component):
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         """Prompts [N], completions [N] and the batch's dataset columns -> one reward (or None) per completion."""
         raise NotImplementedError
+
+    def policy_targets(self, prompt: Any, row: dict[str, Any]) -> list[tuple[Any, str]] | None:
+        """With ``"policy_logprobs"`` in ``rollout_fields``: the ``(context prompt, text)`` pairs whose summed token
+        log-probs under the rollout policy the trainer computes for a sample of ``prompt`` from ``row`` (None: none
+        for this sample). Default: none."""
+        return None
 
     def is_verifiable(self, env: Any = None) -> bool:
         """Whether this term's score says a completion is right (``verifiable``); ``env`` is the run's

@@ -1,50 +1,73 @@
-"""few_shot_gain (FSA-GRPO, seed 004 #2): reward how much a completion draws on the demonstrations in its prompt.
+"""few_shot_gain (FSA-GRPO, seed 004 #2): credit for a correct answer that the demonstrations account for.
 
 Seed 004 #2 trains with "a specially designed reward to encourage the model to leverage few-shot
-demonstrations" next to the task reward ("auxiliary reward weighting"), and names no formula. The
-reading implemented here is the log-likelihood gain of the completion from the demonstrations, under a
-frozen scorer LM ``s`` (an rlpost model config; ``model: null``, the default, is a frozen copy of the
-run's own base model, set in ``check_run``, so the gain is measured by the model being adapted)::
+demonstrations, thereby strengthening its few-shot adaptation ability", next to the task reward ("auxiliary
+reward weighting"), and names no formula. Few-shot adaptation is a difference: how much better the model does
+WITH the demonstrations than without them. The reading implemented here credits a completion sampled with the
+demonstrations by that difference, and only when it is right::
 
-    g(y) = (1/|y|) sum_t [ log s(y_t | demos, x, y_<t) - log s(y_t | x, y_<t) ]     (reduce: mean)
-    r(y) = clip(scale * g(y), -clip, clip)
+    c(y)  = 1 if the last number of y equals the row's gold answer a*, else 0       (math_answer's check)
+    l_0   = log pi(a* | x_0)   the gold answer's summed token log-probs after the zero-shot prompt x_0
+    l_d   = log pi(a* | x_d)   ... after the prompt with the demonstrations x_d (the one y was sampled from)
+    g     = 1 - exp(l_0)                            (measure: probability, the default)
+          = clip(scale * (l_d - l_0), -clip, clip)  (measure: log_ratio)
+    r(y)  = c(y) * g
 
-i.e. the pointwise mutual information of the completion and the demonstrations: positive when the
-demonstrations made this completion more likely than the bare question did. It varies within a GRPO
-group, unlike "score with demos minus a per-prompt zero-shot baseline score", which group
-normalization would cancel. Combine it with the task reward by weights, e.g.
-``reward.terms=[{name: exact_match}, {name: few_shot_gain, weight: 0.1}]``.
+``probability``: this completion is right with the demonstrations (1), and without them the scorer would write
+the gold answer with probability exp(l_0): g is "correct with demos minus correct without". ``log_ratio``: how
+much the demonstrations raised the gold answer's log-probability (its PMI with the demonstrations). Either way a
+wrong completion gets no few-shot credit: copying a demonstration's output (what the earlier reading, the
+completion's own log-likelihood gain from the demonstrations under a frozen base model, rewarded: demo-likeness)
+earns nothing unless it is the query's answer. A success the scorer reaches without the demonstrations (an
+operator memorised by name during training, data=few_shot_ops) earns little; one only the demonstrations make
+possible earns up to 1.
 
-Choices where nothing dictated one:
-- With demos = the prompt the completion was sampled from; without = ``zero_shot_column`` (the row's bare
-  question, e.g. the ``question`` column that ``data.template`` expanded with demonstrations): for a
-  conversational prompt it replaces the content of the last user message (a system message stays).
-- The scorer is a separate frozen copy (a scorer that moved with the policy would reward its own drift);
-  prompts are rendered with its chat template (generation prompt opened), the completion text is
-  re-tokenized by its tokenizer, and ``max_length`` keeps the last tokens of the context. One sequence
-  per forward pass (no padding to get wrong); ``reduce: sum`` sums instead of averaging over tokens.
-- An empty completion, or a row whose column is None, is unscorable (None).
-- Logged: ``<term>/gain`` (mean unclipped g) and ``<term>/clipped`` (fraction clipped).
+Choices where the abstract is silent:
+- The scorer ``pi`` is the policy being trained (``scorer: policy``, the default): the trainer computes l_0 (and
+  l_d) with the rollout policy's weights when it samples (``Reward.policy_targets``, column
+  ``rlpost_policy_logprobs``), so the term measures the adaptation of the model that is adapting. ``scorer:
+  frozen`` scores with a frozen model instead (``model: null``: a copy of the run's base model), whose zero-shot
+  probabilities never move. Outside training (held-out evaluation) the policy's column is absent and a
+  ``scorer: policy`` term scores None; the held-out claim is read by ``eval.without_demos``
+  (rlpost/evaluation/few_shot.py).
+- g does not depend on which correct completion was sampled, so within a GRPO group the term multiplies the
+  correctness by a per-prompt factor: with the task reward (weight w) a group's reward is ``c(y) (1 + w g(x))``.
+  Group-std normalisation (``scale: group``) divides that factor out again; the recipe (recipes/fsa_grpo.yaml)
+  uses ``scale: none``, under which prompts the demonstrations make solvable weigh up to (1 + w) times the ones
+  solved without them.
+- x_0 is the row's ``zero_shot_column`` text put in place of the prompt's last user turn (a system message
+  stays); the gold answer is scored as the whole completion text (its tokens, no end-of-sequence token).
+- A row whose gold, zero-shot text or scorer log-prob is None is unscorable (None).
+- Logged: ``<term>/gain`` (mean g over scored rows), ``<term>/zero_shot_p`` (mean exp(l_0)), ``<term>/credited``
+  (share of scored completions with c = 1) and, with ``demos_column`` (a JSON list of the demonstrations'
+  outputs), ``<term>/copied`` (share of scored completions whose answer is a demonstration's output and wrong).
 """
 
 from __future__ import annotations
 
+import json
+import math
 import threading
 from dataclasses import dataclass
 from typing import Annotated, Any, Literal
 
 import torch
 
-from rlpost.core.chat import completion_text
+from rlpost.core.chat import answer_text
 from rlpost.core.schema import Range
 from rlpost.models.loading import ModelConfig
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column
+from rlpost.rewards.math_answer import gold_number, last_number
+
+POLICY_LOGPROBS = "rlpost_policy_logprobs"  # the trainer's column: per sample, l of each policy_targets pair
 
 
-def gain(with_demos: torch.Tensor, without: torch.Tensor, reduce: str) -> float:
-    """Per-token log-probs of one completion ``[T]`` with and without demos -> g (mean or sum of the difference)."""
-    diff = with_demos - without
-    return float(diff.mean() if reduce == "mean" else diff.sum())
+def gain(measure: str, zero_shot: float, with_demos: float | None, scale: float, clip: float) -> float:
+    """g from the gold answer's summed log-probs without (l_0) and with (l_d) the demonstrations (module docstring)."""
+    if measure == "probability":
+        return 1.0 - math.exp(zero_shot)
+    assert with_demos is not None
+    return max(-clip, min(clip, scale * (with_demos - zero_shot)))
 
 
 def zero_shot_prompt(prompt: Any, question: str) -> Any:
@@ -57,17 +80,20 @@ def zero_shot_prompt(prompt: Any, question: str) -> Any:
 
 @REWARDS.register("few_shot_gain")
 class FewShotGain(Reward):
-    """Log-likelihood gain of the completion from the prompt's demonstrations under a frozen scorer LM."""
+    """Correctness times the gain the demonstrations bring to the gold answer under the policy (or a frozen LM)."""
 
     @dataclass(frozen=True)
     class Config:
-        zero_shot_column: str = "question"  # dataset column with the prompt text without demonstrations
-        model: ModelConfig | None = None  # the frozen scorer, an rlpost model config (null: a copy of the run's model)
-        reduce: Literal["mean", "sum"] = "mean"  # average or sum the per-token gain
-        scale: Annotated[float, Range()] = 1.0  # multiplier of the gain
-        clip: Annotated[float, Range(gt=0)] = 5.0  # |reward| bound after scaling
-        max_length: Annotated[int, Range(ge=1)] = 1024  # context tokens kept (the last ones) before the completion
-        device: Literal["auto", "cpu", "cuda"] = "auto"  # where the scorer runs
+        column: str = "answer"  # dataset column holding the gold answer
+        zero_shot_column: str = "zero_shot"  # dataset column with the prompt's user turn without demonstrations
+        demos_column: str | None = None  # JSON list of the demonstrations' outputs: logs <term>/copied (null: not)
+        measure: Literal["probability", "log_ratio"] = "probability"  # g = 1 - p_0 | clip(scale * (l_d - l_0))
+        scorer: Literal["policy", "frozen"] = "policy"  # whose log-probs: the policy being trained, or a frozen LM
+        model: ModelConfig | None = None  # scorer frozen: an rlpost model config (null: a copy of the run's model)
+        scale: Annotated[float, Range()] = 1.0  # measure log_ratio: multiplier of l_d - l_0
+        clip: Annotated[float, Range(gt=0)] = 5.0  # measure log_ratio: |g| bound after scaling
+        max_length: Annotated[int, Range(ge=1)] = 1024  # scorer frozen: context tokens kept (the last ones)
+        device: Literal["auto", "cpu", "cuda"] = "auto"  # scorer frozen: where it runs
 
     def __init__(self, cfg: Config):
         if cfg.clip <= 0:
@@ -75,7 +101,9 @@ class FewShotGain(Reward):
         if cfg.max_length < 1:
             raise ParamError("max_length", f"must be >= 1, got {cfg.max_length}")
         super().__init__(cfg)
-        self.scorer = cfg.model  # null until check_run copies the run's model config
+        # the trainer adds rlpost_policy_logprobs: the policy's log-probs of policy_targets (rlpost/trainer/core.py)
+        self.rollout_fields = ("policy_logprobs",) if cfg.scorer == "policy" else ()
+        self.scorer = cfg.model  # scorer frozen: null until check_run copies the run's model config
         self._model: Any = None  # loaded on first use (a transformers model / tokenizer)
         self._tokenizer: Any = None
         self._lock = threading.Lock()
@@ -88,10 +116,20 @@ class FewShotGain(Reward):
         self._lock = threading.Lock()
 
     def check_run(self, run: Any) -> None:
-        """Called by ``build_run``: ``model: null`` scores with a frozen copy of the run's (base) model."""
-        if self.scorer is None:
+        """Called by ``build_run``: ``scorer: frozen`` with ``model: null`` scores with a copy of the run's model."""
+        if self.cfg.scorer == "frozen" and self.scorer is None:
             self.scorer = run.model
 
+    def policy_targets(self, prompt: Any, row: dict[str, Any]) -> list[tuple[Any, str]] | None:
+        """``[(x_0, a*)]`` (measure log_ratio: then ``(x_d, a*)``): the contexts and gold text whose log-probs g
+        reads; None when the row has no gold or zero-shot text."""
+        gold, question = row.get(self.cfg.column), row.get(self.cfg.zero_shot_column)
+        if gold is None or question is None or not str(gold).strip():
+            return None
+        targets = [(zero_shot_prompt(prompt, str(question)), str(gold).strip())]
+        return targets + [(prompt, str(gold).strip())] if self.cfg.measure == "log_ratio" else targets
+
+    # ---- scorer frozen -------------------------------------------------------------------------------------
     def load(self) -> None:
         from rlpost.models.loading import load_model, load_tokenizer
 
@@ -114,33 +152,56 @@ class FewShotGain(Reward):
 
     @torch.no_grad()
     def token_logprobs(self, prompt: Any, completion: str) -> torch.Tensor:
-        """log s(y_t | context, y_<t) of each completion token ``[T]`` (one unpadded forward)."""
+        """log s(y_t | context, y_<t) of each completion token ``[T]`` under the frozen scorer (one unpadded forward)."""
         context = self.context_ids(prompt)
         target = self._tokenizer(completion, add_special_tokens=False)["input_ids"]
         ids = torch.tensor([context + target], device=self._model.device)
         logits = self._model(ids).logits[0, len(context) - 1 : -1].float()  # [T, V]: position t predicts t+1
         return torch.log_softmax(logits, -1).gather(1, ids[0, len(context) :, None])[:, 0].cpu()
 
+    def frozen_logprobs(self, targets: list[tuple[Any, str]] | None) -> list[float] | None:
+        return None if targets is None else [float(self.token_logprobs(c, t).sum()) for c, t in targets]
+
+    # ---- the reward -----------------------------------------------------------------------------------------
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        """``prompts [N]``, ``completions [N]``, the zero-shot column ``[N]`` -> rewards ``[N]`` in [-clip, clip]."""
-        questions = column(kwargs, self.cfg.zero_shot_column, len(completions), self.registry_name)
+        """``prompts [N]``, ``completions [N]``, the gold and zero-shot columns ``[N]`` (and, scorer policy, the
+        trainer's ``rlpost_policy_logprobs [N]``) -> rewards ``[N]``: 0 when wrong, g when right, None unscorable."""
+        n = len(completions)
+        golds = column(kwargs, self.cfg.column, n, self.registry_name)
+        questions = column(kwargs, self.cfg.zero_shot_column, n, self.registry_name)
+        demos = column(kwargs, self.cfg.demos_column, n, self.registry_name) if self.cfg.demos_column else [None] * n
+        if self.cfg.scorer == "policy":  # absent outside training: unscorable
+            logps = list(kwargs.get(POLICY_LOGPROBS) or [None] * n)
+        else:
+            with self._lock:
+                self.load()
+                logps = [
+                    self.frozen_logprobs(self.policy_targets(p, {self.cfg.column: g, self.cfg.zero_shot_column: q}))
+                    for p, g, q in zip(prompts, golds, questions)
+                ]
         rewards: list[float | None] = []
-        gains: list[float] = []
-        with self._lock:
-            self.load()
-            for prompt, completion, question in zip(prompts, completions, questions):
-                text = completion_text(completion)
-                if question is None or not self._tokenizer(text, add_special_tokens=False)["input_ids"]:
-                    rewards.append(None)
-                    continue
-                with_demos = self.token_logprobs(prompt, text)
-                without = self.token_logprobs(zero_shot_prompt(prompt, str(question)), text)
-                g = gain(with_demos, without, self.cfg.reduce)
-                gains.append(g)
-                rewards.append(max(-self.cfg.clip, min(self.cfg.clip, self.cfg.scale * g)))
+        gains, p0s, credited, copied = [], [], [], []
+        for completion, gold, lp, shown in zip(completions, golds, logps, demos):
+            target = gold_number(gold)
+            if target is None or lp is None or any(v is None or math.isnan(v) for v in lp):
+                rewards.append(None)
+                continue
+            g = gain(self.cfg.measure, lp[0], lp[1] if len(lp) > 1 else None, self.cfg.scale, self.cfg.clip)
+            answer = last_number(answer_text(completion, True))
+            right = answer is not None and abs(answer - target) <= 1e-9 * max(1.0, abs(target))
+            rewards.append(g if right else 0.0)
+            gains.append(g)
+            p0s.append(math.exp(lp[0]))
+            credited.append(float(right))
+            if shown is not None:
+                outputs = [gold_number(x) for x in json.loads(shown)]
+                copied.append(float(not right and answer is not None and answer in outputs))
         log = kwargs.get("log_metric")
         if callable(log) and gains:
             label = self.__name__
             log(f"{label}/gain", sum(gains) / len(gains))
-            log(f"{label}/clipped", sum(abs(self.cfg.scale * g) > self.cfg.clip for g in gains) / len(gains))
+            log(f"{label}/zero_shot_p", sum(p0s) / len(p0s))
+            log(f"{label}/credited", sum(credited) / len(credited))
+            if copied:
+                log(f"{label}/copied", sum(copied) / len(copied))
         return rewards

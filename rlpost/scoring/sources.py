@@ -58,6 +58,10 @@ class ScopedReward(Reward):
         self.rollout_fields = inner.rollout_fields
         self.mean_weights = getattr(inner, "mean_weights", None)
 
+    def policy_targets(self, prompt: Any, row: dict[str, Any]) -> list[tuple[Any, str]] | None:
+        """The inner term's targets on its source's rows (none elsewhere)."""
+        return self.inner.policy_targets(prompt, row) if row.get(SOURCE_COLUMN) == self.source else None
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         n = len(completions)
         index, mine, theirs = self.rows.select(prompts, completions, kwargs)

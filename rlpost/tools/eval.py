@@ -45,6 +45,7 @@ class EvalCommand(PolicySettings):
     variants_of: str | None = None  # a column naming the question a row is a variant of: group accuracy, consistency
     calibration: str | None = None  # a column of numeric targets: CRPS, coverage, rank correlation of the samples
     calibration_level: Annotated[float, Range(gt=0, lt=1)] = 0.8  # the central interval whose coverage is reported
+    without_demos: str | None = None  # a column of each prompt's turn without demonstrations: accuracy with - without
     compose: ComposeSettings = field(default_factory=ComposeSettings)  # PRISM: decode with composed LoRA policies
 
 
@@ -62,10 +63,11 @@ def check(s: EvalCommand, overrides: list[str]) -> EvalCommand:
             f"Invalid majority_answer={s.majority_answer!r}. Valid choices: {', '.join(ANSWER_CHOICES)} (or null)."
         )
     check_columns(readout_columns(s), dataset.column_names, f"the {s.split} split")
-    if s.variants_of is not None:
-        if not s.greedy:
-            raise ConfigError(f"variants_of={s.variants_of!r} compares the greedy verdicts; set greedy=true.")
-        policy_correctness(s, reward, required_by=f"variants_of={s.variants_of!r}")
+    for key in ("variants_of", "without_demos"):
+        if getattr(s, key) is not None:
+            if not s.greedy:
+                raise ConfigError(f"{key}={getattr(s, key)!r} compares the greedy verdicts; set greedy=true.")
+            policy_correctness(s, reward, required_by=f"{key}={getattr(s, key)!r}")
     if s.calibration is not None and s.samples < 2:
         raise ConfigError(
             f"calibration={s.calibration!r} reads each prompt's sampled predictions as a distribution; set samples >= 2."
@@ -105,6 +107,7 @@ def evaluate_policy(s: EvalCommand) -> dict[str, float]:
                 group_by=s.group_by,
                 variants_of=s.variants_of,
                 show_progress=s.progress,
+                without_demos=s.without_demos,
             )
         )
     if s.samples:

@@ -142,6 +142,12 @@ class RLPostTrainer(
             extra = dict(out[5] or {})
             extra["rlpost_logprob"] = self._mean_rollout_logprobs(out[0], completion_ids, out[4])
             out = (*out[:5], extra, *out[6:])
+        targeting = [func for func in self.run.reward.funcs if "policy_logprobs" in func.rollout_fields]
+        if targeting:  # rewards that read the policy's log-probs of texts of their choosing (few_shot_gain)
+            assert self.batch is not None
+            extra = dict(out[5] or {})
+            extra["rlpost_policy_logprobs"] = self._policy_target_logprobs(targeting, prompts, self.batch.rows)
+            out = (*out[:5], extra, *out[6:])
         stop_ids = {*self.eos_token_ids, self._tokenizer.pad_token_id}
         assert self.batch is not None  # started by _generate_and_score_completions (scoring.py)
         self.batch.record_rollouts(prompts, completions, completion_ids, stop_ids)

@@ -42,6 +42,26 @@ class RolloutSeams(SeamBase):
         logps, completion_mask = self._rollout_token_logprobs(prompt_ids, completion_ids)
         return ((logps * completion_mask).sum(1) / completion_mask.sum(1).clamp(min=1.0)).tolist()
 
+    def _policy_target_logprobs(self, funcs: list, prompts: list, rows: list) -> list[list[float] | None]:
+        """Per sample ``[B]`` the summed log-probs under the rollout policy of the ``(context, text)`` pairs the
+        requiring reward's ``policy_targets(prompt, row)`` names (None where it names none); one no-grad forward."""
+        if len(funcs) != 1:
+            raise RuntimeError(
+                f"rlpost_policy_logprobs needs exactly one reward term to name its targets, got {len(funcs)}"
+            )
+        if len(rows) != len(prompts):
+            raise RuntimeError(f"rlpost_policy_logprobs: {len(prompts)} prompts but {len(rows)} rows in the batch")
+        targets = [funcs[0].policy_targets(p, row) for p, row in zip(prompts, rows)]
+        flat = [(i, context, text) for i, pairs in enumerate(targets) for context, text in pairs or []]
+        out: list[list[float] | None] = [None if pairs is None else [] for pairs in targets]
+        if flat:
+            prompt_ids = [list(p) for p in self._tokenize_prompts([context for _, context, _ in flat])[0]]
+            text_ids = [self._tokenizer(text, add_special_tokens=False)["input_ids"] for _, _, text in flat]
+            logps, mask = self._rollout_token_logprobs(prompt_ids, text_ids)
+            for (i, _, _), total in zip(flat, (logps * mask).sum(1).tolist()):
+                out[i].append(total)  # type: ignore[union-attr]
+        return out
+
     @torch.no_grad()
     def _rollout_token_logprobs(
         self, prompt_ids: list, completion_ids: list, width: int | None = None

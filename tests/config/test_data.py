@@ -92,6 +92,42 @@ def test_noisy_line_is_seeded_disjoint_and_its_answer_is_the_lines_value():
         load_datasets(from_yaml("noisy_line", task_params={"extrapolate_share": 2.0}))
 
 
+def test_few_shot_ops_rows_show_their_operator_and_held_out_operators_are_unseen():
+    # data=few_shot_ops (FSA-GRPO): each row's demonstrations and answer are one operator's values, the zero_shot
+    # column is the same query without the demonstrations, and no held-out operator is ever trained on
+    cfg = from_yaml("few_shot_ops", train_size=300, eval_size=80)
+    train, evals = load_datasets(cfg)
+    assert (len(train), len(evals)) == (300, 80)
+    assert questions(load_datasets(cfg)[0]) == questions(train)
+    train_ops, eval_ops = set(train["operator"]), set(evals["operator"])
+    assert not train_ops & eval_ops and len(eval_ops) >= 15  # 24 of the 98 operators are held out
+    rules = {}
+    for row in list(train) + list(evals):
+        name = row["operator"]
+        assert rules.setdefault(name, row["rule"]) == row["rule"]  # one operator per name, the same rule
+        lines = row["question"].split("\n")
+        assert lines[0] == f"{name} is a made-up operator on two numbers. Examples:" and len(lines) == 5
+        demos = [re.fullmatch(rf"(\d) {name} (\d) = (-?\d+)", line).groups() for line in lines[1:4]]
+        a, b = map(int, re.fullmatch(rf"What is (\d) {name} (\d)\? Give only the number\.", lines[4]).groups())
+        assert len({(x, y) for x, y, _ in demos} | {(a, b)}) == 4  # 3 distinct demonstrations, none the query
+
+        # the rule is plain arithmetic in a and b (max/min of the pair included): evaluate it on each pair
+        def value(x, y, rule=row["rule"]):
+            return eval(rule, {"max": max, "min": min}, {"a": x, "b": y})  # noqa: S307
+
+        assert all(int(out) == value(int(x), int(y)) for x, y, out in demos)
+        assert row["answer"] == str(value(a, b))
+        assert json.loads(row["demo_answers"]) == [out for _, _, out in demos]
+        assert row["zero_shot"] == f"{name} is a made-up operator on two numbers.\n{lines[4]}"
+        assert row["prompt"] == [{"role": "user", "content": row["question"]}]  # template {question}
+    assert len(rules) == len(train_ops | eval_ops)
+    other = load_datasets(from_yaml("few_shot_ops", train_size=300, eval_size=80, seed=1))
+    # the data seed draws other rows; the operator split is operator_seed's alone
+    assert questions(other[0]) != questions(train) and not set(other[1]["operator"]) & train_ops
+    with pytest.raises(ConfigError, match="held_out_share"):
+        load_datasets(from_yaml("few_shot_ops", task_params={"held_out_share": 1.0}))
+
+
 def test_eval_is_topped_up_past_train_duplicates():
     # 1-term "Calculate 7." questions: only 11 distinct ones exist, so train covers most of them.
     params = {"min_terms": 1, "max_terms": 1, "min_digits": 1, "max_digits": 1, "allow_parentheses": False}
