@@ -48,6 +48,12 @@ def _noisy_line(seed: int, size: int, **params) -> list[dict]:
     return noisy_line_rows(seed, size, **params)
 
 
+def _staged_arith(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.staged_arith import staged_arith_rows
+
+    return staged_arith_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
@@ -57,4 +63,5 @@ GENERATED: dict[str, tuple[Any, str | None]] = {
     "unanswerable_arithmetic": (_unanswerable_arithmetic, None),
     "persona_arithmetic": (_persona_arithmetic, None),
     "noisy_line": (_noisy_line, None),
+    "staged_arith": (_staged_arith, None),
 }
