@@ -101,6 +101,7 @@ import rlpost.rewards.rank_judge  # noqa: F401
 import rlpost.rewards.reciprocal  # noqa: F401
 import rlpost.rewards.reward_model  # noqa: F401
 import rlpost.rewards.rubric  # noqa: F401
+import rlpost.rewards.stage_check  # noqa: F401
 import rlpost.rewards.ternary_abstention  # noqa: F401
 import rlpost.rewards.token_f1  # noqa: F401
 import rlpost.rewards.word_recall  # noqa: F401

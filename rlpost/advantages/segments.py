@@ -12,9 +12,13 @@ where stage(t) is the stage token t lies in; tokens before the first marker, and
 local term, get the global part only. With no local terms this is GRPO on the global terms.
 
 Choices where the abstract is silent:
-- Stage quality is scored by ordinary reward terms the user maps to stages (``local``), e.g.
-  correctness for the ``<answer>`` stage; the global terms default to every term not used locally.
-  Their advantages are GRPO advantages of their own columns, as in ``routed``.
+- Stage quality is scored by ordinary reward terms (or reward columns) the user maps to stages
+  (``local``); the global terms default to every term not used locally. Their advantages are GRPO
+  advantages of their own columns, as in ``routed``. "Local stage quality" means a term that reads
+  the stage's own text: ``reward=stage_check`` gives one such column per stage
+  (``stage_check/<tag>``, ``recipe=structpo`` on ``data=staged_arith``). A whole-completion term
+  mapped to a stage (the conf default, ``math_answer`` on ``<answer>``) only moves where its credit
+  lands, and a completion without that marker then gets none of it: keep such a term global.
 - A stage runs from an occurrence of its marker to the next occurrence of any marker (stages are
   contiguous and cover the rest of the completion; the marker's own tokens belong to it); a marker
   that occurs twice opens its stage twice. Found from the decoded text (``requires={"token_text"}``).

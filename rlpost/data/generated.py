@@ -60,6 +60,12 @@ def _few_shot_ops(seed: int, size: int, **params) -> list[dict]:
     return few_shot_ops_rows(seed, size, **params)
 
 
+def _staged_arith(seed: int, size: int, **params) -> list[dict]:
+    from rlpost.data.staged_arith import staged_arith_rows
+
+    return staged_arith_rows(seed, size, **params)
+
+
 # data.source=generated: task -> (rows(seed, size, **data.task_params), the benchmark it must not overlap)
 GENERATED: dict[str, tuple[Any, str | None]] = {
     "ifeval_train": (_ifeval_train, "ifeval"),
@@ -71,6 +77,7 @@ GENERATED: dict[str, tuple[Any, str | None]] = {
     "noisy_line": (_noisy_line, None),
     "ensemble_weights": (_ensemble_weights, None),
     "few_shot_ops": (_few_shot_ops, None),
+    "staged_arith": (_staged_arith, None),
 }
 # generators called with held_out=True for the held-out split (False for training): their held-out rows come from a
 # pool of their own (few_shot_ops: operators never trained on), not only from another seed

@@ -1,11 +1,12 @@
-"""``python -m rlpost.dev.tag_samples``: sample SmolLM2-135M-Instruct under the templates of the CRPO, RDPO and
-StructPO recipes and write the completions to ``recipes/data/tag_completions.jsonl``.
+"""``python -m rlpost.dev.tag_samples``: sample SmolLM2-135M-Instruct under the templates of the CRPO and RDPO
+recipes and write the completions to ``recipes/data/tag_completions.jsonl``.
 
-RDPO and StructPO train on a ``<think>/<answer>`` format term next to correctness, CRPO on a persona-style term
+RDPO trains on a ``<think>/<answer>`` format term next to correctness (StructPO did too, under the same template,
+before it moved to data=staged_arith's stages), CRPO on a persona-style term
 (word_recall of the character profile); the tiny test model writes neither tags nor words, so
 tests/config/test_recipes_tags.py scores these real completions with each recipe's own reward terms to show that
 the second column varies under the recipe's template (format was constant 0 under "Give only the final answer.").
-Each row: ``recipe`` (crpo, or ``tags`` for rdpo and structpo, which share a template), ``prompt`` (the user
+Each row: ``recipe`` (crpo, or ``tags`` for rdpo), ``prompt`` (the user
 message exactly as the recipe renders it), the row's ``answer`` (and ``profile`` for crpo) and ``completion``.
 Each set is seeded (torch.manual_seed(0) before it), sampled at the recipes' rollout temperature 1.0, 64 new
 tokens, on CPU.

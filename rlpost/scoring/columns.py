@@ -57,6 +57,9 @@ class RewardColumn(Reward):
     def score_range(self) -> tuple[float, float] | None:
         return self.table.reward.score_range()  # each column scores on the term's scale
 
+    def data_columns(self) -> list[tuple[str, str]]:
+        return self.table.reward.data_columns()  # the term's own, e.g. stage_check's stages[i].column
+
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
         reward = self.table.reward  # the trainer sets these on the functions it holds, the columns
         reward.group_size, reward.learning = self.group_size, self.learning

@@ -1,9 +1,11 @@
-"""The second reward column of recipe=crpo (word_recall: persona style), rdpo and structpo (a <think>/<answer>
-format term) varies on real completions: SmolLM2-135M-Instruct's samples under each recipe's own template
+"""The second reward column of recipe=crpo (word_recall: persona style) and rdpo (a <think>/<answer> format term)
+varies on real completions: SmolLM2-135M-Instruct's samples under each recipe's own template
 (recipes/data/tag_completions.jsonl, written by ``python -m rlpost.dev.tag_samples``) scored with the recipe's own
 reward terms. The tiny test model writes neither tags nor words, so a tiny run cannot show it (the 2-step runs of
 these recipes are in tests/trainer/test_recipes_mechanisms_trainer.py). Under the old template ("Give only the
-final answer.") the format column was 0 on every completion, and so was CRPO's style column."""
+final answer.") the format column was 0 on every completion, and so was CRPO's style column. recipe=structpo no
+longer uses this template (data=staged_arith asks for <plan>/<compute>/<answer> stages, scored per stage by
+stage_check): its columns are worked by hand in tests/unit/advantages/test_token_credit.py."""
 
 from __future__ import annotations
 
@@ -26,7 +28,7 @@ def samples(name: str) -> list[dict]:
 
 @pytest.mark.parametrize(
     ("recipe", "sample_set", "second"),
-    [("crpo", "crpo", "word_recall"), ("rdpo", "tags", "format"), ("structpo", "tags", "format")],
+    [("crpo", "crpo", "word_recall"), ("rdpo", "tags", "format")],
 )
 def test_the_second_column_varies_on_smollm2_completions_under_the_recipe_template(recipe, sample_set, second):
     overrides = [f"recipe={recipe}", "data.train_size=12", "data.eval_size=1", "eval.size=1", "seed=0"]  # as sampled

@@ -2,8 +2,10 @@
 (only size and speed overridden): each logs the quantity its header names as showing the mechanism, finite, and
 where the tiny model can make it non-trivial it is: CRPO's per-row clip ranges differ (the persona profiles'
 complexity varies; it was 1/60 on every arithmetic row), ODRPO's rater column is not constant and its groups
-straddle thresholds. The tiny model writes no <think>/<answer> tag, so the format column of crpo, rdpo and
-structpo is shown to vary on real SmolLM2 completions instead (tests/config/test_recipes_tags.py)."""
+straddle thresholds. The tiny model writes no <think>/<answer> tag, so the format column of crpo and rdpo is shown
+to vary on real SmolLM2 completions instead (tests/config/test_recipes_tags.py); nor does it write structpo's stage
+tags (its segments/local_token_frac is 0 here), so structpo's stage-local credit is worked by hand on crafted
+completions through the recipe's own reward and advantage (tests/unit/advantages/test_token_credit.py)."""
 
 from __future__ import annotations
 
@@ -22,7 +24,9 @@ MECHANISM = {
     "crpo": ["adaptive_clip/epsilon_high_std", "adaptive_clip/complexity_mean",
              "rlpost/decoupled/style_abs_mean", "rlpost/decoupled/task_abs_mean"],
     "rdpo": ["rlpost/rdpo/active_columns", "rlpost/rdpo/offdiag_corr"],
-    "structpo": ["rlpost/segments/stages_found_mean", "rlpost/segments/local_token_frac"],
+    "structpo": ["rlpost/segments/stages_found_mean", "rlpost/segments/local_token_frac",
+                 "rlpost/rollout/struct_refine/improved_frac", "rewards/stage_check/plan/mean",
+                 "rewards/stage_check/compute/mean", "rewards/stage_check/answer/mean"],
     "odrpo": ["rlpost/odrpo/active_thresholds", "rlpost/odrpo/in_range_frac", "rlpost/odrpo/score_mean"],
     "tiar": ["rlpost/tiar/abstain_weight_mean", "rlpost/tiar/confidence_mean", "rlpost/tiar/abstain_frac"],
 }  # fmt: skip

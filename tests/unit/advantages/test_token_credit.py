@@ -139,6 +139,86 @@ def test_segments_without_local_terms_is_grpo_and_needs_a_global_term():
         build_config(Segments.Config, {"local": [{"stage": "<end>", "term": "math"}]}, "algorithm.advantage")
 
 
+# ---- recipe=structpo: each stage's own score on its own tokens, correctness without a marker -------------------
+# One group of G = 4 for "Start with 12. Add 5, then multiply by 3, then subtract 4." (plan + 5, * 3, - 4;
+# intermediates 17, 51, 47; answer 47), through recipe=structpo's own reward terms and advantage.
+STRUCT = [
+    "<plan>+ 5, * 3, - 4</plan>\n<compute>12 + 5 = 17\n17 * 3 = 51\n51 - 4 = 47</compute>\n<answer>47</answer>",
+    "<plan>+ 5, * 3, - 4</plan>\n<compute>12 + 5 = 17\n17 * 3 = 41\n41 - 4 = 37</compute>\n<answer>37</answer>",
+    "<plan>+ 5, - 4</plan>\n<compute>12 + 5 = 17\n17 * 3 = 51\n51 - 4 = 47</compute>\n<answer>47</answer>",
+    "12 + 5 = 17, then 17 * 3 = 51, then 51 - 4 = 47",
+]  # all right; a slip in step 2; a step missing from the plan; right with no stage marker
+
+
+def group_norm(values):
+    """GRPO of one group: (r - mean) / (unbiased std + 1e-4)."""
+    mean = sum(values) / len(values)
+    std = (sum((v - mean) ** 2 for v in values) / (len(values) - 1)) ** 0.5
+    return [(v - mean) / (std + 1e-4) for v in values]
+
+
+def runs(row):
+    """Token advantages [T] -> the values of its runs of equal neighbours, in order (one per stage here)."""
+    return [v for k, v in enumerate(row) if k == 0 or abs(v - row[k - 1]) > 1e-6]
+
+
+def test_structpo_gives_each_stage_the_advantage_of_its_own_text_and_credits_an_unmarked_right_answer():
+    from rlpost.models.loading import load_tokenizer
+
+    run = build_run(compose(["recipe=structpo", "model=tiny-random"]))
+    # every stage has its own term, and it reads that stage's text (reward stage_check, one column per stage)
+    assert run.reward.names == [
+        "math_answer",
+        "format",
+        "stage_check/plan",
+        "stage_check/compute",
+        "stage_check/answer",
+    ]
+    segments = run.algorithm.advantage
+    assert list(segments.cfg.stages) == ["<plan>", "<compute>", "<answer>"]
+    assert {segments.cfg.stages[s]: run.reward.names[j] for s, j in segments.local.items()} == {
+        "<plan>": "stage_check/plan",
+        "<compute>": "stage_check/compute",
+        "<answer>": "stage_check/answer",
+    }
+    columns = {"answer": ["47"] * 4, "plan": ["+ 5, * 3, - 4"] * 4, "intermediates": ["17, 51, 47"] * 4}
+    completions = [[{"role": "assistant", "content": c}] for c in STRUCT]
+    terms = [func([None] * 4, completions, **columns) for func in run.reward.funcs]
+    # by hand, per completion:      all right  slip   plan short  unmarked
+    math = [1.0, 0.0, 1.0, 1.0]  # the whole completion's last number is 47
+    fmt = [1.0, 1.0, 1.0, 0.0]  # the three blocks in order; none at all -> 0 / 4
+    plan = [1.0, 1.0, 2 / 3, 0.0]  # LCS of the operations: [+5, -4] has 2 of 3
+    compute = [1.0, 1 / 3, 1.0, 0.0]  # results after "=": [17, 41, 37] has 17 only
+    answer = [1.0, 0.0, 1.0, 0.0]  # the <answer> block is exactly 47
+    assert terms == [math, fmt, [pytest.approx(v) for v in plan], [pytest.approx(v) for v in compute], answer]
+    # the trainer's token text: each completion token decoded on its own (rlpost/trainer/scoring.py)
+    tokenizer = load_tokenizer(run.model)
+    pieces = [
+        tokenizer.batch_decode([[i] for i in tokenizer(c, add_special_tokens=False)["input_ids"]]) for c in STRUCT
+    ]
+    width = max(map(len, pieces))
+    mask = [[1.0] * len(p) + [0.0] * (width - len(p)) for p in pieces]
+    text = [p + [""] * (width - len(p)) for p in pieces]
+    b = batch(list(zip(*terms)), 4, names=run.reward.names, weights=run.reward.weights.tolist(), mask=mask, text=text)
+    a, m = segments(b)
+    # A_{i,t} = GRPO(math + 0.25 fmt)_i + w_s GRPO(stage column s)_i on the tokens of stage s (w_s = 3 / 3 = 1);
+    # the unmarked completion has no stage: the global part alone.
+    g = group_norm([x + 0.25 * y for x, y in zip(math, fmt)])  # r = [1.25, 0.25, 1.25, 1.0]
+    p, c, s = group_norm(plan), group_norm(compute), group_norm(answer)
+    want = [[g[i] + p[i], g[i] + c[i], g[i] + s[i]] for i in range(3)] + [[g[3]]]
+    for i in range(4):
+        assert runs(a[i, : len(pieces[i])].tolist()) == pytest.approx(want[i], abs=1e-5), i
+    # struct-aware: the slip's plan tokens are credited (its plan is right), its compute and answer blamed;
+    # the short plan's plan tokens get less than the full plans' (mean plan 2/3: p = [.71, .71, 0, -1.41]) and
+    # less than its own compute tokens
+    assert p[1] > 0 > c[1] and p[2] < p[0] and p[2] < c[2]
+    # the right answer written without any marker is still credited, on every token (0.0625 above the mean r)
+    assert g[3] > 0 and bool((a[3, : len(pieces[3])] > 0).all())
+    valid = sum(map(len, pieces))
+    assert m["segments/local_token_frac"] == pytest.approx((valid - len(pieces[3])) / valid)
+    assert m["segments/stages_found_mean"] == pytest.approx(9 / 4)
+
+
 # ---- pmi_tokens (P-GRPO) ---------------------------------------------------------------------------------
 # estimator: counts (token-id PMI with the outcome set, the earlier default) first, then estimator: model
 def pmi_batch(mask=None):
