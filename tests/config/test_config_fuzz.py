@@ -113,7 +113,7 @@ def stand_ins(tmp_path_factory) -> dict[str, str]:
     (tmp / "rm" / "config.json").write_text(
         '{"architectures": ["LlamaForSequenceClassification"], "id2label": {"0": "x"}}'
     )
-    (tmp / "demos.jsonl").write_text('{"response": "4"}\n')
+    (tmp / "demos.jsonl").write_text('{"prompt": "Calculate 2 + 2.", "response": "4"}\n')
     torch.save({}, tmp / "subspace.pt")
     (tmp / "empty").mkdir()
     (tmp / "text.txt").write_text("just some text\n")

@@ -104,6 +104,7 @@ HELPERS: dict[str, str] = {
     "rewards/code_judge.py": "the judge process that runs code_exec's tests and alone writes the verdict",
     "rewards/embeddings.py": "sentence embeddings for group_diversity and core",
     "rewards/qe_model.py": "the QE model (COMET or a classifier folder) of qe_lid's model estimator",
+    "rewards/pared_features.py": "the (prompt, response) features of pared's discriminator",
     "rewards/group.py": "GroupReward, the base of the group-level rewards",
     "rewards/preference.py": "order-swapped pairwise judging for pairwise_preference and rank_judge",
     "rewards/rubric_writer.py": "the rubric-writing model of dynamic_rubric",
