@@ -71,6 +71,8 @@ def train(
     args = GRPOConfig(**run.grpo_config_kwargs(str(rundir.checkpoints)))  # starts the process group
     resume_from = _start_attempt(run, rundir)  # from here on, one writer per path (rlpost/runs/ranks.py)
     rundir.write_config(cfg, overrides or [])
+    for func in run.reward.funcs:  # one writer of a term's own run files (rlpost/rewards/base.py run_dir)
+        func.run_dir = rundir.path if is_main() else None
     summary: dict[str, Any] = {"run_dir": str(rundir.path), "algorithm": run.algorithm.name}
     if run.settings.eval.at_start:
         summary["before"] = _evaluate_before(run, rundir, model, tokenizer, held_out, resumed=resume_from is not None)

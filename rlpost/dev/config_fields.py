@@ -40,6 +40,7 @@ from rlpost.models.lora_ensemble import EnsembleConfig
 from rlpost.regularizers.base import REGULARIZERS
 from rlpost.rewards.base import REWARDS, RewardTerm
 from rlpost.rewards.rubric_coevolution import CoEvolveConfig
+from rlpost.rewards.rubric_revision import ReviseConfig
 from rlpost.rewards.rubric_writer import WriterConfig
 from rlpost.rollouts.base import ROLLOUTS
 from rlpost.safety.config import SafetySettings
@@ -81,6 +82,8 @@ COMPONENTS: list[tuple[str, str, Registry]] = [
 EXTRA: list[tuple[str, str, type]] = [  # nested nodes a component builds from a dict: (prefix, choice, dataclass)
     ("reward.terms[i].params.writer", "reward.terms[i].name=dynamic_rubric", WriterConfig),
     ("reward.terms[i].params.co_evolve", "reward.terms[i].name=dynamic_rubric", CoEvolveConfig),
+    ("reward.terms[i].params.revise", "reward.terms[i].name=rubric", ReviseConfig),
+    ("reward.terms[i].params.revise.writer", "reward.terms[i].name=rubric", WriterConfig),
 ]
 
 

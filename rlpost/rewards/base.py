@@ -18,6 +18,7 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, is_dataclass
+from pathlib import Path
 from typing import Annotated, Any, ClassVar
 
 from rlpost.core.chat import answer_text
@@ -42,6 +43,9 @@ class Reward(Component):
     verifiable: ClassVar[bool] = False
     group_size: int | None = None  # G, set by the trainer for group rewards (None: runs of equal prompts)
     learning: bool = False  # set by the trainer: True while scoring a training batch (online rewards learn then)
+    # set by rlpost/train.py: the run directory on the main process (None on other ranks and outside a run), where a
+    # term writes its own run files (the rubric reward's evaluation memory and revised rubrics)
+    run_dir: Path | None = None
     # extra rollout columns the trainer adds to the reward inputs: "logprob" -> rlpost_logprob [N],
     # each completion's mean token log-prob under the rollout policy; "policy_logprobs" -> rlpost_policy_logprobs
     # [N], per sample the summed log-probs under the rollout policy of the (context, text) pairs of policy_targets

@@ -42,6 +42,12 @@ is skipped without renormalizing). A rubric file names its own columns (unique n
 per-row rubrics (``rubric_column``) the columns are declared up front, ``criteria: {name: weight}``,
 since TRL's reward matrix has a fixed width; a row whose rubric names a criterion outside that list,
 or gives it another weight, is an error for that row (the failure policy applies).
+
+Revision during training (``revise.enabled``, AMARIS, seed 004 #17; rubric_revision.py): every ``revise.every``
+steps the criteria are revised from the run's evaluation memory on a background thread, and the revised rubric
+(same names and weights) is swapped in whole at the next step boundary; with ``rubric_column`` each row's
+rubric is revised from its own history. Held-out scoring uses the rubric in force. The memory, the revised
+rubrics and a revision in flight travel with every checkpoint.
 """
 
 from __future__ import annotations
@@ -61,6 +67,8 @@ from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column, tag_content
+from rlpost.rewards.rubric_memory import instance_id
+from rlpost.rewards.rubric_revision import ReviseConfig, RubricReviser
 
 DEFAULT_TEMPLATE = (
     "You are grading a response to a task against one criterion.\n\n"
@@ -130,6 +138,7 @@ class Rubric(Reward):
     """Weighted mean of per-criterion judge scores from a rubric file or a per-item rubric column."""
 
     seed = "seed 000 #6, 004 #4, 004 #11, 004 #17"
+    stateful = True  # with revise.enabled: the evaluation memory and the revised rubrics travel with checkpoints
 
     @dataclass(frozen=True)
     class Config:
@@ -145,6 +154,7 @@ class Rubric(Reward):
         # columns=criteria with per-row rubrics: the criterion names the rows use, each with its weight
         criteria: dict[str, Annotated[float, Range(ge=0)]] | None = None
         tiers: Annotated[int | None, Range(ge=2)] = None  # null: scores in [0, 1]; T: integer tiers 1..T (ODRPO)
+        revise: dict[str, Any] = field(default_factory=dict)  # AMARIS in-loop revision (rubric_revision.ReviseConfig)
 
     def __init__(self, cfg: Config):
         super().__init__(cfg)
@@ -164,7 +174,70 @@ class Rubric(Reward):
         except ConfigError as err:  # name the key: reward.terms[i].params.judge: ...
             raise ParamError("judge", str(err).lstrip(": ")) from None
         self._parsed: dict[str, list[Criterion]] = {}
+        self._instances: dict[str, str] = {}  # a row rubric's text -> its instance id (rubric_memory.instance_id)
         self._columns = self._criterion_columns() if cfg.columns == "criteria" else None
+        self.reviser = self._reviser(cfg.revise)
+        if self.reviser is not None and self._columns is not None:
+            raise ParamError("revise", "enabled with columns=criteria is not built (the split columns would each save "
+                             "the memory); use columns=mean")  # fmt: skip
+        self._calls = 0  # training calls without a trainer_state (the step counter then)
+
+    def _reviser(self, node: dict[str, Any]) -> RubricReviser | None:
+        """``revise``: the in-loop reviser (None: off); its writer and embedder are checked, not loaded."""
+        from rlpost.core.schema import build_config, check_paths
+        from rlpost.rewards.rubric_writer import RubricWriter, WriterConfig
+
+        try:
+            revise = build_config(ReviseConfig, dict(node or {}), "")
+        except ConfigError as err:
+            raise ParamError("revise", str(err).lstrip(": ")) from None
+        try:  # checked even when off: a bad key fails before any run
+            writer_cfg = build_config(WriterConfig, dict(revise.writer or {}), "")
+            check_paths(writer_cfg, "revise.writer")
+            writer = RubricWriter(writer_cfg)
+        except ConfigError as err:
+            raise ParamError("revise.writer", str(err).lstrip(": ")) from None
+        if not revise.enabled:
+            return None
+        embed = None
+        if revise.retrieval == "semantic":
+            from functools import partial
+
+            from rlpost.rewards.embeddings import embed as minilm
+            from rlpost.rewards.embeddings import minilm_folder
+
+            try:
+                minilm_folder()  # the wheel is there (the error names its install)
+            except ConfigError as err:
+                raise ParamError("revise.retrieval", f"semantic: {err} Or set retrieval=lexical.") from None
+            embed = partial(minilm, device=revise.embed_device)
+        return RubricReviser(revise, writer.write, embed)
+
+    def check_run(self, run: Any) -> None:
+        """With ``revise.enabled``: one process (each rank would keep its own memory and revise its own rubric), and
+        a local writer's weights exist."""
+        if self.reviser is None:
+            return
+        from rlpost.models.loading import check_weights_available
+        from rlpost.rewards.rubric_writer import build_writer
+
+        writer = build_writer(self.reviser.cfg.writer)  # validated in __init__
+        if writer.cfg.backend == "local":
+            check_weights_available(writer.cfg.model, f"reward term {self.__name__}: params.revise.writer.model")
+        if run.hardware.num_processes > 1:
+            raise ConfigError(
+                f"reward term {self.__name__}: params.revise.enabled=true keeps the evaluation memory in one process; "
+                f"with hardware.num_processes={run.hardware.num_processes} each rank would revise its own rubric. "
+                "Run on one process, or revise between segments (rlpost revise-rubrics run=<dir>)."
+            )
+
+    def state_dict(self) -> dict[str, Any]:
+        return {} if self.reviser is None else self.reviser.state_dict()
+
+    def load_state_dict(self, state: dict[str, Any]) -> None:
+        if self.reviser is not None and state:
+            make = lambda c: Criterion(c["name"], c["text"], c["weight"], tuple(tuple(b) for b in c["bands"]))  # noqa: E731
+            self.reviser.load_state_dict(state, make)
 
     def _criterion_columns(self) -> list[tuple[str, float]]:
         """``columns=criteria``: (name, weight) per column, from the rubric file or ``criteria``."""
@@ -198,14 +271,21 @@ class Rubric(Reward):
         return float(1 + math.floor((self.cfg.tiers - 1) * score + 0.5))
 
     def rubric_for(self, value: Any) -> list[Criterion]:
+        return self._rubric_and_instance(value)[0]
+
+    def _rubric_and_instance(self, value: Any) -> tuple[list[Criterion], str | None]:
+        """A row's rubric column value -> the rubric in force for it and its instance id (None: the global rubric)."""
         if value is None or value == "":
             if self.default is None:
                 raise ValueError(f"reward 'rubric': row has no rubric in column {self.cfg.rubric_column!r}")
-            return self.default
-        key = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
-        if key not in self._parsed:
-            self._parsed[key] = parse_rubric(value, f"column {self.cfg.rubric_column!r}")
-        return self._parsed[key]
+            base, instance = self.default, None
+        else:
+            key = value if isinstance(value, str) else json.dumps(value, sort_keys=True)
+            if key not in self._parsed:
+                self._parsed[key] = parse_rubric(value, f"column {self.cfg.rubric_column!r}")
+                self._instances[key] = instance_id(key)
+            base, instance = self._parsed[key], self._instances[key]
+        return (base if self.reviser is None else self.reviser.current(instance, base)), instance
 
     def judge_prompt(self, question: str, response: str, criterion: Criterion, reference: Any) -> str:
         text = criterion.text
@@ -257,21 +337,29 @@ class Rubric(Reward):
     def _judge_rows(self, prompts: list, completions: list, kwargs: dict) -> list[list[tuple[Criterion, float | None]]]:
         """One judge call per (completion, criterion) -> per row, its criteria with their scores (None: failed)."""
         n, cfg = len(completions), self.cfg
+        revising = self.reviser is not None and self.learning
+        if revising:  # the step boundary: a finished revision is swapped in before any row is judged
+            assert self.reviser is not None
+            self.reviser.run_dir = self.run_dir
+            self.reviser.boundary(self._step(kwargs))
         rubrics = column(kwargs, cfg.rubric_column, n, "rubric") if cfg.rubric_column else [None] * n
         refs = column(kwargs, cfg.reference_column, n, "rubric") if cfg.reference_column else [None] * n
         jobs: list[tuple[int, Criterion]] = []
         judge_prompts: list[str] = []
         unanswered: list[int] = []  # answer_tag set and no such block: nothing to judge, every criterion 0
+        judged_text: list[str] = []  # [N] the text the judge saw (the memory's rollouts)
+        row_rubrics = [self._rubric_and_instance(r) for r in rubrics]  # [N] one read per row: the step's rubric
         for i, completion in enumerate(completions):
             response = completion_text(completion)
             response = strip_think(response) if cfg.strip_think else response
+            judged_text.append(response)
             if cfg.answer_tag is not None:
                 answer = tag_content(response, cfg.answer_tag)
                 if answer is None:
                     unanswered.append(i)
                     continue
                 response = answer
-            for criterion in self.rubric_for(rubrics[i]):
+            for criterion in row_rubrics[i][0]:
                 jobs.append((i, criterion))
                 judge_prompts.append(self.judge_prompt(prompt_text(prompts[i]), response, criterion, refs[i]))
         before = dict(self.judge.stats)
@@ -283,11 +371,39 @@ class Rubric(Reward):
             if s is not None:
                 by_name.setdefault(criterion.name, []).append(s)
         for i in unanswered:
-            rows[i] = [(criterion, 0.0) for criterion in self.rubric_for(rubrics[i])]
+            rows[i] = [(criterion, 0.0) for criterion in row_rubrics[i][0]]
             for criterion, _ in rows[i]:
                 by_name.setdefault(criterion.name, []).append(0.0)
         self._log(kwargs, before, by_name)
+        if revising:
+            self._remember(prompts, judged_text, rows, [inst for _, inst in row_rubrics], kwargs)
         return rows
+
+    def _step(self, kwargs: dict) -> int:
+        """The training step being scored: TRL's ``global_step + 1`` (else this term's count of training calls)."""
+        state = kwargs.get("trainer_state")
+        if state is not None:
+            return int(state.global_step) + 1
+        self._calls += 1
+        return self._calls
+
+    def _remember(self, prompts: list, texts: list[str], rows: list, instances: list[str | None], kwargs: dict) -> None:
+        """The judged rows [N] into the reviser's memory, and its amaris/* figures into the step's metrics."""
+        assert self.reviser is not None
+        records = []
+        for prompt, text, judged, instance in zip(prompts, texts, rows, instances):
+            pairs = [(c.weight, s) for c, s in judged if s is not None]
+            weight = sum(w for w, _ in pairs)
+            records.append({
+                "instance": instance, "question": prompt_text(prompt), "response": text,
+                "reward": sum(w * s for w, s in pairs) / weight if weight > 0 else None,
+                "scores": {c.name: s for c, s in judged if s is not None},
+            })  # fmt: skip
+        self.reviser.record(records)
+        log = kwargs.get("log_metric")
+        if callable(log):
+            for name, value in self.reviser.last.items():
+                log(name, value)
 
     def _log(self, kwargs: dict, before: dict[str, int], by_name: dict[str, list[float]]) -> None:
         log = kwargs.get("log_metric")

@@ -12,7 +12,7 @@ reward function with the same ``prompts`` and ``completions`` list objects, and 
 those objects (so their ids cannot be reused by a later batch): a call with other lists, a new
 batch or the failure guard's one-sample retry (rlpost/scoring/guard.py), is computed afresh.
 The first sibling stands for the term as a component (``check_run``, ``describe``); a stateful
-reward cannot be split (its state would be saved once per column).
+reward that holds a state (a non-empty ``state_dict``) cannot be split (its state would be saved once per column).
 """
 
 from __future__ import annotations
@@ -89,7 +89,9 @@ def expand_columns(
             out_weights.append(weight)
             owners.append(t)
             continue
-        if func.stateful or func.is_group_reward:
+        if (
+            func.stateful and func.state_dict()
+        ) or func.is_group_reward:  # a state to save: it would be saved per column
             raise ConfigError(f"reward term {name!r}: a stateful or group reward cannot be split into columns.")
         total = sum(w for _, w in columns)
         if not columns or total <= 0:

@@ -6,9 +6,11 @@
 
 The run must log its criteria (``reward=rubric`` with a rubric file logs ``rubric/<name>`` every step).
 Reads ``metrics.jsonl`` and ``samples.jsonl`` into ``rubric_memory.jsonl`` (the persistent memory,
-rlpost/analysis/rubric_memory.py), decides per criterion (raise / clarify / revert / keep), asks the writer for
+rlpost/rewards/rubric_memory.py), decides per criterion (raise / clarify / revert / keep), asks the writer for
 the new criteria, writes ``rubrics/rubric_v<N>.yaml`` when anything changed, and appends the edits to
-the memory. One writer per file: the memory is rewritten whole through a temporary file.
+the memory. One writer per file: the memory is rewritten whole through a temporary file. The same memory file
+is what a run with ``reward.terms.0.params.revise.enabled=true`` keeps during training (rubric_revision.py); this
+tool is the between-segments variant.
 """
 
 from __future__ import annotations
@@ -16,7 +18,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from rlpost.app import launch, tool
 from rlpost.core.errors import ConfigError
@@ -35,6 +37,8 @@ class ReviseSettings:
     cooldown: Annotated[int, Range(ge=0)] = 5  # steps an edit is left alone
     evidence: Annotated[int, Range(ge=0)] = 3  # rollouts shown to the writer
     max_chars: Annotated[int, Range(ge=10)] = 300  # the longest criterion accepted
+    retrieval: Literal["semantic", "lexical"] = "semantic"  # relevance: MiniLM cosine similarity | shared words
+    related: Annotated[int, Range(ge=0)] = 2  # past edits of similar criteria shown to the writer
     writer: dict[str, Any] = field(default_factory=lambda: {"max_new_tokens": 64})  # rubric_writer.WriterConfig
 
 
@@ -61,15 +65,15 @@ def run_rubric(s: ReviseSettings, run_dir: Path, memory: list[dict]) -> Path:
 
 
 def memory_path(s: ReviseSettings, run_dir: Path) -> Path:
-    from rlpost.analysis.rubric_memory import MEMORY_FILE
+    from rlpost.rewards.rubric_memory import MEMORY_FILE
 
     return Path(s.memory).expanduser() if s.memory else run_dir / MEMORY_FILE
 
 
 def check(s: ReviseSettings, overrides: list[str]) -> ReviseSettings:
-    from rlpost.analysis.rubric_memory import read_jsonl
     from rlpost.models.weights import is_run_dir
     from rlpost.rewards.rubric import parse_rubric
+    from rlpost.rewards.rubric_memory import read_jsonl
     from rlpost.rewards.rubric_writer import build_writer
 
     if not s.run:
@@ -85,14 +89,20 @@ def check(s: ReviseSettings, overrides: list[str]) -> ReviseSettings:
     except ValueError as err:
         raise ConfigError(f"rubric: {err}") from None
     build_writer(s.writer)  # its errors name writer.<key>
+    if s.retrieval == "semantic":
+        from rlpost.rewards.embeddings import minilm_folder
+
+        minilm_folder()  # the embedder's wheel (its error names the install, or retrieval=lexical)
     return s
 
 
 def run(s: ReviseSettings, output_dir: str, overrides: list[str]) -> int:
     import yaml
 
-    from rlpost.analysis.rubric_memory import (
+    from rlpost.rewards.rubric import parse_rubric
+    from rlpost.rewards.rubric_memory import (
         Decision,
+        Embed,
         RevisionSettings,
         decide,
         ingest,
@@ -100,7 +110,6 @@ def run(s: ReviseSettings, output_dir: str, overrides: list[str]) -> int:
         read_jsonl,
         writer_prompt,
     )
-    from rlpost.rewards.rubric import parse_rubric
     from rlpost.rewards.rubric_writer import build_writer
     from rlpost.runs.rundir import write_atomic
 
@@ -110,11 +119,17 @@ def run(s: ReviseSettings, output_dir: str, overrides: list[str]) -> int:
     rubric_path = run_rubric(s, run_dir, memory)
     criteria = parse_rubric(str(rubric_path))
     memory += ingest(run_dir, memory, [c.name for c in criteria])
-    rs = RevisionSettings(s.window, s.saturated, s.failing, s.cooldown, s.evidence, s.max_chars)
+    rs = RevisionSettings(s.window, s.saturated, s.failing, s.cooldown, s.evidence, s.max_chars, s.retrieval, s.related)
     decisions = [decide(memory, c, rs) for c in criteria]
     asks = [i for i, d in enumerate(decisions) if d.action in ("raise", "clarify")]
+    embed: Embed | None = None
+    if asks and s.retrieval == "semantic":
+        from rlpost.rewards.embeddings import embed as minilm
+
+        embed = minilm
     if asks:
-        replies = build_writer(s.writer).write([writer_prompt(memory, criteria[i], decisions[i], rs) for i in asks])
+        prompts = [writer_prompt(memory, criteria[i], decisions[i], rs, embed) for i in asks]
+        replies = build_writer(s.writer).write(prompts)
         for i, reply in zip(asks, replies):
             text = parse_criterion(reply, criteria[i].text, s.max_chars)
             d = decisions[i]

@@ -109,6 +109,8 @@ HELPERS: dict[str, str] = {
     "rewards/preference.py": "order-swapped pairwise judging for pairwise_preference and rank_judge",
     "rewards/rubric_writer.py": "the rubric-writing model of dynamic_rubric",
     "rewards/rubric_coevolution.py": "the co-evolving writer's training of dynamic_rubric",
+    "rewards/rubric_memory.py": "AMARIS's evaluation memory and decision rule (rubric revise, rlpost revise-rubrics)",
+    "rewards/rubric_revision.py": "AMARIS's in-loop background revision of the rubric reward",
     "rewards/sandbox.py": "the bubblewrap / subprocess sandbox of code_exec",
     "rollouts/conditioned.py": "ConditionedRollout, the base of the conditioned-rollout strategies",
     "rollouts/side_model.py": "the frozen draft model draft_injection generates with",

@@ -18,6 +18,9 @@ ARES_REPLY = (
 )
 
 
+GATE = threading.Event()  # the "gated" behaviour answers only once a test sets it (cleared before each test)
+
+
 class Endpoint(BaseHTTPRequestHandler):
     """Behaviour from the first path segment: /<behaviour>/v1/chat/completions."""
 
@@ -40,6 +43,8 @@ class Endpoint(BaseHTTPRequestHandler):
             attempts = sum(1 for e in self.log if e["behaviour"] == behaviour and e["prompt"] == prompt)
         if behaviour == "slow":
             time.sleep(1.0)
+        if behaviour == "gated":  # a writer that is still writing until the test opens the gate (60 s at most)
+            GATE.wait(60)
         if behaviour == "flaky" and attempts <= 2:  # two 503s, then an answer
             return self._send(503, b"busy")
         if behaviour == "garbage":
@@ -54,7 +59,7 @@ class Endpoint(BaseHTTPRequestHandler):
         elif behaviour == "feedback":  # DITTO's feedback model: feedback that quotes the rollout it is about
             response = prompt.split("Response: ", 1)[1].split("\n\nReference: ")[0]
             reply = f"Your response '{response[:30]}' does not state the final answer.\n\nSecond paragraph."
-        elif behaviour == "revise":  # a rubric writer's revised criterion
+        elif behaviour in ("revise", "gated"):  # a rubric writer's revised criterion
             reply = "- The response states the final answer and checks it by a second method."
         elif behaviour == "ares":  # one well-formed ARES instance about iron (faithful to the iron document only)
             reply = ARES_REPLY
@@ -92,6 +97,9 @@ def server():
 @pytest.fixture(autouse=True)
 def clear_log():
     Endpoint.log.clear()
+    GATE.clear()
+    yield
+    GATE.set()  # no request of a finished test is left waiting
 
 
 def requests_for(behaviour: str) -> list[dict]:

@@ -10,7 +10,8 @@ import pytest
 import yaml
 
 from rlpost import cli
-from rlpost.analysis.rubric_memory import (
+from rlpost.rewards.rubric import Criterion, parse_rubric
+from rlpost.rewards.rubric_memory import (
     MEMORY_FILE,
     RevisionSettings,
     decide,
@@ -21,11 +22,10 @@ from rlpost.analysis.rubric_memory import (
     window_mean,
     writer_prompt,
 )
-from rlpost.rewards.rubric import Criterion, parse_rubric
 
 from support.judges import requests_for
 
-S = RevisionSettings(window=2, saturated=0.9, failing=0.3, cooldown=2, evidence=1)
+S = RevisionSettings(window=2, saturated=0.9, failing=0.3, cooldown=2, evidence=1, retrieval="lexical")
 EASY = Criterion("easy", "The response gives one number.")
 HARD = Criterion("hard", "The response explains every step.")
 MID = Criterion("mid", "The response is polite.")
