@@ -38,9 +38,10 @@ def qe_prompt(source: str) -> str:
     return f"{source}\n"
 
 
-def check_qe_model(name: str, kind: QEKind) -> dict:
+def check_qe_model(name: str, kind: QEKind) -> tuple[str, dict]:
     """ConfigError before anything loads: the package (comet) or the folder (classifier) is missing.
-    Returns the classifier folder's train-rm metadata ({} for COMET or a folder without it)."""
+    Returns (what to load: the name, or the resolved folder; the folder's train-rm metadata, {} for COMET
+    or a folder without it)."""
     if kind == "comet":
         if importlib.util.find_spec("comet") is None:
             raise ConfigError(
@@ -48,23 +49,23 @@ def check_qe_model(name: str, kind: QEKind) -> dict:
                 "(and the model in the Hugging Face cache when offline), or use qe_kind=classifier with a "
                 "sequence-classifier folder."
             )
-        return {}
+        return name, {}
     from rlpost.rewards.reward_model import check_classifier_folder
 
-    _, meta = check_classifier_folder(name)
+    folder, meta = check_classifier_folder(name)
     if meta.get("features"):
         raise ConfigError(
             f"qe_model={name!r} was trained with the rows' features {meta['features']} (train-rm "
             "context_only=false); a QE model reads only the source and the translation."
         )
-    return meta
+    return folder, meta
 
 
 class QEModel:
     """``scores(sources [K], translations [K]) -> [K]`` in [0, 1] from a COMET model or a classifier folder."""
 
     def __init__(self, name: str, kind: QEKind, batch_size: int = 8, max_length: int = 512):
-        self.meta = check_qe_model(name, kind)
+        self.path, self.meta = check_qe_model(name, kind)
         self.name, self.kind, self.batch_size, self.max_length = name, kind, batch_size, max_length
         self._model: Any = None
         self._tokenizer: Any = None
@@ -83,7 +84,7 @@ class QEModel:
         from comet import download_model, load_from_checkpoint
 
         if self._model is None:
-            path = self.name if os.path.exists(self.name) else download_model(self.name)
+            path = self.path if os.path.exists(self.path) else download_model(self.path)
             self._model = load_from_checkpoint(path)
         data = [{"src": s, "mt": t} for s, t in zip(sources, translations)]
         out = self._model.predict(
@@ -98,11 +99,11 @@ class QEModel:
         from rlpost.reward_model.pairs import encode, render, score_ids
 
         if self._model is None:
-            tokenizer = AutoTokenizer.from_pretrained(self.name, trust_remote_code=False)
+            tokenizer = AutoTokenizer.from_pretrained(self.path, trust_remote_code=False)
             if tokenizer.pad_token is None:
                 tokenizer.pad_token = tokenizer.eos_token
             model = AutoModelForSequenceClassification.from_pretrained(
-                self.name, use_safetensors=True, trust_remote_code=False
+                self.path, use_safetensors=True, trust_remote_code=False
             )
             model.config.pad_token_id = tokenizer.pad_token_id
             self._model = model.to(PartialState().device).eval().requires_grad_(False)
