@@ -11,11 +11,14 @@ language among them.
 
 The paper's two QE models (COMET-style, e.g. CometKiwi) cannot be had offline, so the default
 estimators ``q_ik`` in [0, 1] are ones that run here (``estimators``, default ``[judge, heuristic]``),
-and a real QE model has its slot:
+and real QE models have their slot:
 
-- ``model``: a QE model loaded by name (``qe_model``, ``qe_kind``: a COMET checkpoint through
-  ``unbabel-comet``, or a 1-label sequence-classifier folder; rlpost/rewards/qe_model.py). Use it, with
-  a second one or beside ``judge``, wherever such a model is installed: it is the paper's estimator.
+- ``model``: every QE model of ``qe_models``, each its own term of the mean (rlpost/rewards/qe_model.py:
+  a COMET checkpoint through ``unbabel-comet``, or a 1-label sequence-classifier folder, ``qe_kind``).
+  ``estimators: [model]`` with two ``qe_models`` is the paper's reward in one term:
+  ``gate * (q_1 + q_2) / 2``. Here the QE models are T9 classifiers that ``rlpost train-rm`` trains on the
+  bundled translation pairs against corrupted translations (rlpost/dev/make_qe_pairs.py,
+  recipes/milmmt_mt.yaml).
 
 - ``judge``: a local LM judge (rlpost/judges/, SmolLM2-135M-Instruct by default) asked whether the
   output is an accurate, fluent translation of the source into the target language; yes/no mode
@@ -40,7 +43,10 @@ Choices where the abstract is silent:
   it out); no estimator scored -> None.
 - The source text comes from ``source_column``; the target language from ``target_column`` (per
   row, ISO 639-1 code or English name, e.g. "de" / "German") or, when that is null, ``target``.
-- Logged per batch: ``qe_lid/gate`` (pass rate) and ``qe_lid/<estimator>`` (mean over gated-in).
+- Logged per batch: ``qe_lid/gate`` (pass rate) and ``qe_lid/<estimator>`` (mean over gated-in); the
+  QE models as ``qe_lid/model_<i>`` (``i`` their index in ``qe_models``).
+- ``estimators: [judge, model]`` with two ``qe_models`` averages three terms, each weighted alike (the
+  mean is over terms, not over estimator names).
 """
 
 from __future__ import annotations
@@ -104,7 +110,7 @@ class QeLid(Reward):
         estimators: tuple[str, ...] = (
             "judge",
             "heuristic",
-        )  # QE estimators averaged: judge | heuristic | length | no_copy | model (qe_model)
+        )  # QE estimators averaged: judge | heuristic | length | no_copy | model (each of qe_models)
         languages: tuple[str, ...] = ("en", "de", "fr")  # languages lingua loads (targets and sources)
         target: str | None = None  # the target language for every row (used when target_column is null)
         target_column: str | None = "target_lang"  # data column with each row's target language
@@ -119,8 +125,10 @@ class QeLid(Reward):
         # judge prompt: {source} {translation} {source_lang} {target_lang} {answer_format}
         template: str = JUDGE_TEMPLATE
         strip_think: bool = True  # score only the text after </think>
-        qe_model: str | None = None  # estimator model: a COMET name / .ckpt (qe_kind=comet) or a classifier folder
-        qe_kind: Literal["comet", "classifier"] = "comet"  # how qe_model loads (rlpost/rewards/qe_model.py)
+        # the QE models of estimator `model`, each a term of the mean: COMET names / .ckpt (qe_kind=comet)
+        # or classifier folders (qe_kind=classifier, e.g. what `rlpost train-rm` writes)
+        qe_models: tuple[str, ...] = ()
+        qe_kind: Literal["comet", "classifier"] = "comet"  # how every qe_models entry loads (qe_model.py)
 
         def __post_init__(self) -> None:
             if not 0.0 <= self.min_confidence <= 1.0 or self.length_ratio <= 0 or self.copy_min_chars < 1:
@@ -149,14 +157,16 @@ class QeLid(Reward):
             except ValueError as err:
                 raise ParamError("target", str(err)) from None
         self.detector = LanguageDetectorBuilder.from_languages(*self.languages).build()
-        self.qe_model = None
-        if "model" in cfg.estimators:
-            if not cfg.qe_model:
-                raise ParamError("qe_model", "estimator 'model' needs qe_model (a COMET name or a classifier folder)")
+        self.qe_models: list[QEModel] = []
+        if "model" in cfg.estimators and not cfg.qe_models:
+            raise ParamError("qe_models", "estimator 'model' needs qe_models (COMET names or classifier folders)")
+        if cfg.qe_models and "model" not in cfg.estimators:
+            raise ParamError("qe_models", "is set but estimators has no 'model', so no QE model would score")
+        for i, name in enumerate(cfg.qe_models):
             try:
-                self.qe_model = QEModel(cfg.qe_model, cfg.qe_kind)
+                self.qe_models.append(QEModel(name, cfg.qe_kind))
             except ConfigError as err:
-                raise ParamError("qe_model", str(err)) from None
+                raise ParamError("qe_models", f"[{i}] {err}") from None
         self.judge = None
         if "judge" in cfg.estimators:
             try:
@@ -185,7 +195,8 @@ class QeLid(Reward):
         return float(self.detector.compute_language_confidence(text, target) >= self.cfg.min_confidence)
 
     def __call__(self, prompts: list, completions: list, **kwargs: Any) -> list[float | None]:
-        """``completions [N]`` -> ``gate * mean(estimators)`` ``[N]`` in [0, 1] (None: nothing scored)."""
+        """``completions [N]`` -> ``gate * mean(terms)`` ``[N]`` in [0, 1] (None: nothing scored); the terms are
+        the estimators, with ``model`` expanded to one term per QE model."""
         cfg, n = self.cfg, len(completions)
         sources = [str(s) for s in column(kwargs, cfg.source_column, n, "qe_lid")]
         codes = column(kwargs, cfg.target_column, n, "qe_lid") if cfg.target_column else [cfg.target] * n
@@ -193,11 +204,10 @@ class QeLid(Reward):
         outputs = [answer_text(c, cfg.strip_think).strip() for c in completions]
         gates = [self.gate(y, t) for y, t in zip(outputs, targets)]
         kept = [i for i in range(n) if gates[i] > 0]
-        scores: dict[str, list[float | None]] = {}
-        for name in cfg.estimators:
-            scores[name] = self.estimate(
-                name, [sources[i] for i in kept], [outputs[i] for i in kept], [targets[i] for i in kept]
-            )
+        scores: dict[str, list[float | None]] = {}  # one entry per term of the mean
+        kept_sources, kept_outputs = [sources[i] for i in kept], [outputs[i] for i in kept]
+        for name in self.terms():
+            scores[name] = self.estimate(name, kept_sources, kept_outputs, [targets[i] for i in kept])
         rewards: list[float | None] = [0.0] * n
         for j, i in enumerate(kept):
             values = [v for v in (s[j] for s in scores.values()) if v is not None]
@@ -205,8 +215,15 @@ class QeLid(Reward):
         self._log(kwargs, gates, scores)
         return rewards
 
+    def terms(self) -> list[str]:
+        """The terms of the mean: the estimators in order, ``model`` expanded to ``model_0 .. model_{M-1}``."""
+        names: list[str] = []
+        for name in self.cfg.estimators:
+            names += [f"model_{k}" for k in range(len(self.qe_models))] if name == "model" else [name]
+        return names
+
     def estimate(self, name: str, sources: list[str], outputs: list[str], targets: list[Any]) -> list[float | None]:
-        """One estimator over the gated-in samples ``[K]`` -> scores ``[K]`` in [0, 1] (None: judge failed)."""
+        """One term (``terms()``) over the gated-in samples ``[K]`` -> scores ``[K]`` in [0, 1] (None: judge failed)."""
         cfg = self.cfg
         if name == "length":
             return [length_score(x, y, cfg.length_ratio) for x, y in zip(sources, outputs)]
@@ -217,9 +234,8 @@ class QeLid(Reward):
                 length_score(x, y, cfg.length_ratio) * no_copy_score(x, y, cfg.copy_min_chars)
                 for x, y in zip(sources, outputs)
             ]
-        if name == "model":
-            assert self.qe_model is not None, "estimator 'model' needs qe_model"
-            return list(self.qe_model.scores(sources, outputs))
+        if name.startswith("model_"):  # one QE model of qe_models
+            return list(self.qe_models[int(name.removeprefix("model_"))].scores(sources, outputs))
         if not sources:
             return []
         assert self.judge is not None, f"estimator {name!r} needs qe_lid's judge"

@@ -1,5 +1,6 @@
 """reward=qe_lid (rlpost/rewards/qe_lid.py): the lingua language gate and the estimator mean, hand-computed
-on real short sentences in English, German and French; failure paths and config errors."""
+on real short sentences in English, German and French; two QE classifier folders averaged in one term
+(gate * mean over both, MiLMMT's reward); failure paths and config errors."""
 
 from __future__ import annotations
 
@@ -104,8 +105,9 @@ def test_failure_paths_empty_unknown_and_judge_failure():
         ({"target": "es", "target_column": None}, "target: Spanish is not among"),
         ({"target": None, "target_column": None}, "target: set target"),
         ({"min_confidence": 1.5}, "min_confidence: needs"),
-        ({"estimators": ["model"]}, "qe_model: estimator 'model' needs qe_model"),
-        ({"estimators": ["model"], "qe_model": "/nowhere", "qe_kind": "classifier"}, "qe_model: .*nowhere"),
+        ({"estimators": ["model"]}, "qe_models: estimator 'model' needs qe_models"),
+        ({"estimators": ["model"], "qe_models": ["/nowhere"], "qe_kind": "classifier"}, r"qe_models: \[0\] .*nowhere"),
+        ({"qe_models": ["/nowhere"], "qe_kind": "classifier"}, "qe_models: is set but estimators has no 'model'"),
     ],
 )
 def test_config_errors_name_the_key(params, match):
@@ -129,31 +131,40 @@ def test_milmmt_recipe_runs_one_step_on_the_tiny_model(tmp_path):
     assert 0.0 <= logged["qe_lid/gate"] <= 1.0 and "rewards/qe_lid/mean" in logged
 
 
-@pytest.fixture(scope="module")
-def qe_classifier(tmp_path_factory):
-    """A 1-label sequence classifier on the tiny random model's config and tokenizer: a real QE model folder."""
+def classifier_folder(out, seed: int):
+    """A 1-label sequence classifier on the tiny random model's config and tokenizer (score head and weights
+    drawn with ``seed``): a real QE model folder without train-rm metadata."""
     folder = tiny_random_folder(ModelConfig(source="tiny_random"))
     config = AutoConfig.from_pretrained(folder, num_labels=1)
-    torch.manual_seed(0)
+    torch.manual_seed(seed)
     model = AutoModelForSequenceClassification.from_config(config)
-    out = tmp_path_factory.mktemp("qe")
     model.save_pretrained(out)
     AutoTokenizer.from_pretrained(folder).save_pretrained(out)
     return out
 
 
+@pytest.fixture(scope="module")
+def qe_classifier(tmp_path_factory):
+    return classifier_folder(tmp_path_factory.mktemp("qe"), seed=0)
+
+
+def direct_q(folder, source: str, translation: str) -> float:
+    """sigmoid(logit) of a metadata-less classifier folder on "source\ntranslation", by a direct forward."""
+    tok = AutoTokenizer.from_pretrained(folder)
+    model = AutoModelForSequenceClassification.from_pretrained(folder).eval()
+    with torch.no_grad():
+        ids = tok(f"{source}\n{translation}", add_special_tokens=False, return_tensors="pt")["input_ids"]
+        return torch.sigmoid(model(input_ids=ids).logits[0, 0]).item()
+
+
 def test_model_estimator_scores_source_and_translation_with_the_classifier(qe_classifier):
     reward = make(
-        target="de", target_column=None, estimators=["model"], qe_model=str(qe_classifier), qe_kind="classifier"
+        target="de", target_column=None, estimators=["model"], qe_models=[str(qe_classifier)], qe_kind="classifier"
     )
     outs = ["Das Haus ist gross und alt.", SRC]
     rewards = reward(["p"] * 2, outs, source=[SRC, SRC])
     # the score is sigmoid(logit) of the classifier on "source\ntranslation"; the copy is gated out (0)
-    tok = AutoTokenizer.from_pretrained(qe_classifier)
-    model = AutoModelForSequenceClassification.from_pretrained(qe_classifier).eval()
-    with torch.no_grad():
-        ids = tok(f"{SRC}\n{outs[0]}", add_special_tokens=False, return_tensors="pt")["input_ids"]
-        expected = torch.sigmoid(model(input_ids=ids).logits[0, 0]).item()
+    expected = direct_q(qe_classifier, SRC, outs[0])
     assert rewards == pytest.approx([expected, 0.0], abs=1e-5)
     assert 0.0 < rewards[0] < 1.0
 
@@ -161,7 +172,7 @@ def test_model_estimator_scores_source_and_translation_with_the_classifier(qe_cl
 def test_comet_kind_says_what_to_install_and_feeds_comet_src_and_mt(monkeypatch):
     if importlib.util.find_spec("comet") is None:  # the offline default: a clear error before anything loads
         with pytest.raises(ConfigError, match="pip install unbabel-comet"):
-            make(target="de", target_column=None, estimators=["model"], qe_model="Unbabel/wmt22-cometkiwi-da")
+            make(target="de", target_column=None, estimators=["model"], qe_models=["Unbabel/wmt22-cometkiwi-da"])
     # COMET and its checkpoints cannot be installed or downloaded here: a stand-in package checks the wiring
     seen = []
 
@@ -175,10 +186,42 @@ def test_comet_kind_says_what_to_install_and_feeds_comet_src_and_mt(monkeypatch)
     comet.load_from_checkpoint = lambda path: Checkpoint()
     monkeypatch.setitem(sys.modules, "comet", comet)
     monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: object() if name == "comet" else None)
-    reward = make(target="de", target_column=None, estimators=["model"], qe_model="Unbabel/wmt22-cometkiwi-da")
+    reward = make(target="de", target_column=None, estimators=["model"], qe_models=["Unbabel/wmt22-cometkiwi-da"])
     out = reward(["p"] * 2, ["Das Haus ist gross und alt.", "Das Haus ist alt."], source=[SRC, "The house is old."])
     assert seen == [
         {"src": SRC, "mt": "Das Haus ist gross und alt."},
         {"src": "The house is old.", "mt": "Das Haus ist alt."},
     ]
     assert out == [1.0, 0.0]  # COMET scores clipped to [0, 1]
+
+
+def test_two_qe_models_average_in_one_term_by_hand(qe_classifier, tmp_path):
+    """MiLMMT's reward in one qe_lid term: gate * mean over two QE models (and here the length estimator):
+    r = gate * (q_a + q_b + length) / 3, each model its own term; ``qe_lid/model_<i>`` logs each."""
+    other = classifier_folder(tmp_path / "qe_b", seed=1)
+    reward = make(
+        target_column="target_lang",
+        estimators=["model", "length"],
+        qe_models=[str(qe_classifier), str(other)],
+        qe_kind="classifier",
+    )
+    assert reward.terms() == ["model_0", "model_1", "length"]
+    outs = ["Das Haus ist gross und alt.", "Das Haus ist gross und alt.", "La maison est grande et vieille."]
+    logged = {}
+    got = reward(
+        ["p"] * 3,
+        outs,
+        source=[SRC] * 3,
+        target_lang=["de", "fr", "fr"],
+        log_metric=lambda k, v: logged.__setitem__(k, v),
+    )
+    qa = [direct_q(qe_classifier, SRC, y) for y in outs]
+    qb = [direct_q(other, SRC, y) for y in outs]
+    assert abs(qa[0] - qb[0]) > 1e-3  # two different models, so the mean is not either one
+    # row 0: German for de, gate 1: (qa + qb + 1/1.08) / 3 (length: 27 chars of 25 -> 1 / 1.08)
+    # row 1: German for fr, gate 0 -> 0
+    # row 2: French for fr, gate 1: (qa + qb + 25/32) / 3 (32 chars of 25)
+    expected = [(qa[0] + qb[0] + 1 / 1.08) / 3, 0.0, (qa[2] + qb[2] + 25 / 32) / 3]
+    assert got == pytest.approx(expected, abs=1e-5)
+    assert logged["qe_lid/model_0"] == pytest.approx((qa[0] + qa[2]) / 2, abs=1e-5)  # over the gated-in rows
+    assert logged["qe_lid/model_1"] == pytest.approx((qb[0] + qb[2]) / 2, abs=1e-5)
