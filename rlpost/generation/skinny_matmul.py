@@ -10,7 +10,10 @@ rows' M x BLOCK accumulators in registers; it runs at the plain read's rate (ben
 The kernel is compiled on first use for the host's instruction set (``-march=native``: AVX-512 or AVX2 with
 FMA) by ``torch.utils.cpp_extension`` into ``$RLPOST_CACHE/kernels`` (``~/.cache/rlpost``), under a name
 that hashes the source, the CPU's model and flags and the PyTorch version; about 25 s once per machine, then a load.
-PyTorch's build lock lets one process compile while others wait. The same extension holds rlpost's other
+One process compiles while others wait, under an OS file lock (``filelock``, released when its holder dies):
+PyTorch's own build lock is a plain file that a process killed mid-build leaves behind, and every later process
+would then wait on it forever, so it is removed while the OS lock is held (nobody else can be building then). The
+same extension holds rlpost's other
 decode-time code: a whole decoder layer of a decode step (``decode_layer.cpp``, rlpost/generation/fused_decode.py) and
 ``torch.multinomial``'s one-sample draw on every core (``sampling.cpp``, rlpost/generation/parallel_sampling.py). Where there is no C++ compiler, no AVX2,
 or the build or its check against ``F.linear`` fails, ``available()`` is False with the reason logged once,
@@ -60,20 +63,26 @@ CPP_INTERNALS = {
 }
 
 
-def _build() -> ModuleType:
-    """Compile (or load the cached build of) the extension for this machine."""
-    import ninja
-    from torch.utils.cpp_extension import load
-
+def build_dir() -> Path:
+    """``$RLPOST_CACHE/kernels/rlpost_skinny_matmul_<digest>``: the build folder of this source on this machine."""
     from rlpost.models.bundled import cache_dir
-    from rlpost.runs.rundir import write_atomic
 
     # -march=native code runs only where its instructions exist: the build is keyed by the CPU's flags too
     code = "".join(path.read_text() for path in [*SOURCES, HEADER])
     key = f"{code}|{cpu_name()}|{cpu_flags()}|{torch.__version__}"
-    digest = hashlib.sha1(key.encode()).hexdigest()[:12]
-    name = f"rlpost_skinny_matmul_{digest}"
-    build = cache_dir() / "kernels" / name
+    return cache_dir() / "kernels" / f"rlpost_skinny_matmul_{hashlib.sha1(key.encode()).hexdigest()[:12]}"
+
+
+def _build() -> ModuleType:
+    """Compile (or load the cached build of) the extension for this machine."""
+    import ninja
+    from filelock import FileLock
+    from torch.utils.cpp_extension import load
+
+    from rlpost.runs.rundir import write_atomic
+
+    build = build_dir()
+    name = build.name
     build.mkdir(parents=True, exist_ok=True)
     # compiled from copies in the build folder: the sources' paths are part of ninja's build file, so a checkout
     # and an installed rlpost (same code, other folders) would otherwise rebuild over each other's build
@@ -85,15 +94,28 @@ def _build() -> ModuleType:
     path = os.environ.get("PATH", "")
     os.environ["PATH"] = os.pathsep.join([ninja.BIN_DIR, path])  # the ninja wheel's binary, venv not activated
     try:
-        return load(
-            name,
-            [str(build / path.name) for path in SOURCES],
-            extra_cflags=flags,
-            extra_ldflags=["-fopenmp"],
-            build_directory=str(build),
-        )
+        with FileLock(str(build / "rlpost.lock")):  # the OS releases it if its holder dies
+            clear_stale_baton(build)
+            return load(
+                name,
+                [str(build / path.name) for path in SOURCES],
+                extra_cflags=flags,
+                extra_ldflags=["-fopenmp"],
+                build_directory=str(build),
+            )
     finally:
         os.environ["PATH"] = path
+
+
+def clear_stale_baton(build: Path) -> bool:
+    """Remove PyTorch's build lock (``<build>/lock``) left by a process killed while compiling; call it only while
+    holding the OS lock around the build, when no live process can hold the baton. True if one was removed."""
+    baton = build / "lock"
+    if not baton.exists():
+        return False
+    logger.warning("removing a stale build lock left by an interrupted kernel build: %s", baton)
+    baton.unlink(missing_ok=True)
+    return True
 
 
 def unavailable_reason() -> str | None:

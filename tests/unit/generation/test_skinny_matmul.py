@@ -141,3 +141,23 @@ def test_generation_packs_for_the_kernel_on_either_route_and_for_onednn_otherwis
     assert not skinny_matmul.available() and "no C++ compiler" in skinny_matmul.unavailable_reason()
     assert _lm_head_forward(forced, 4) is onednn._packed_forward
     assert _lm_head_forward(aten_route, 4) is torch.nn.Linear.forward
+
+
+def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process():
+    # PyTorch's build lock is a plain file (<build>/lock): a process killed while compiling leaves it, and the next
+    # one used to wait on it forever (a full test run hung at collection). The OS lock around the build lets the next
+    # process remove it and load the extension.
+    import os
+    import subprocess
+    import sys
+
+    from support.paths import REPO
+
+    baton = skinny_matmul.build_dir() / "lock"
+    baton.write_text("")
+    code = "from rlpost.generation import skinny_matmul; print(skinny_matmul.unavailable_reason())"
+    env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr[-2000:]
+    assert not baton.exists()
+    assert "stale build lock" in out.stderr
