@@ -151,9 +151,9 @@ def test_a_build_lock_left_by_a_killed_build_does_not_hang_the_next_process():
     import subprocess
     import sys
 
-    from support.paths import REPO
-
     from filelock import FileLock
+
+    from support.paths import REPO
 
     baton = skinny_matmul.build_dir() / "lock"
     with FileLock(str(baton.parent / "rlpost.lock")):  # no other process is inside a build while the baton appears
