@@ -259,9 +259,9 @@ def retrieve(
     mine = [r for r in memory if r["kind"] == "rollout_analysis" and r.get("instance") == instance]
     steps = sorted({r["step"] for r in mine})[-s.window :]
     pool = [r for r in mine if r["step"] in steps and r["verdict"] == verdict]
-    scores = relevance(criterion.text, [r["question"] + " " + r["response"] for r in pool], s, embed)
-    ranked = sorted(zip(scores, pool), key=lambda p: (-p[0], -p[1]["step"]))
-    return [r for _, r in ranked[: s.evidence]]
+    return most_relevant(
+        criterion.text, pool, [r["question"] + " " + r["response"] for r in pool], s.evidence, s, embed
+    )
 
 
 def related_edits(
@@ -278,9 +278,16 @@ def related_edits(
     ]
     if not others or s.related == 0:
         return []
-    scores = relevance(criterion.text, [r["old"] for r in others], s, embed)
-    ranked = sorted(zip(scores, others), key=lambda p: (-p[0], -p[1]["step"]))
-    return [r for _, r in ranked[: s.related]]
+    return most_relevant(criterion.text, others, [r["old"] for r in others], s.related, s, embed)
+
+
+def most_relevant(
+    query: str, records: list[dict], texts: list[str], k: int, s: RevisionSettings, embed: Embed | None
+) -> list[dict]:
+    """The ``k`` records [M] whose texts [M] are most relevant to ``query`` (ties: the more recent step)."""
+    scores = relevance(query, texts, s, embed)
+    ranked = sorted(zip(scores, records), key=lambda p: (-p[0], -p[1]["step"]))
+    return [r for _, r in ranked[:k]]
 
 
 def _edit_line(memory: list[dict[str, Any]], edit: dict[str, Any], window: int) -> str:
