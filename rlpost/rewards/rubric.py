@@ -68,7 +68,7 @@ from rlpost.core.schema import Range
 from rlpost.judges.base import ANSWER_FORMAT, build_judge
 from rlpost.rewards.base import REWARDS, ParamError, Reward, column, tag_content
 from rlpost.rewards.rubric_memory import instance_id
-from rlpost.rewards.rubric_revision import ReviseConfig, RubricReviser
+from rlpost.rewards.rubric_revision import build_reviser
 
 DEFAULT_TEMPLATE = (
     "You are grading a response to a task against one criterion.\n\n"
@@ -176,42 +176,11 @@ class Rubric(Reward):
         self._parsed: dict[str, list[Criterion]] = {}
         self._instances: dict[str, str] = {}  # a row rubric's text -> its instance id (rubric_memory.instance_id)
         self._columns = self._criterion_columns() if cfg.columns == "criteria" else None
-        self.reviser = self._reviser(cfg.revise)
+        self.reviser = build_reviser(cfg.revise)
         if self.reviser is not None and self._columns is not None:
             raise ParamError("revise", "enabled with columns=criteria is not built (the split columns would each save "
                              "the memory); use columns=mean")  # fmt: skip
         self._calls = 0  # training calls without a trainer_state (the step counter then)
-
-    def _reviser(self, node: dict[str, Any]) -> RubricReviser | None:
-        """``revise``: the in-loop reviser (None: off); its writer and embedder are checked, not loaded."""
-        from rlpost.core.schema import build_config, check_paths
-        from rlpost.rewards.rubric_writer import RubricWriter, WriterConfig
-
-        try:
-            revise = build_config(ReviseConfig, dict(node or {}), "")
-        except ConfigError as err:
-            raise ParamError("revise", str(err).lstrip(": ")) from None
-        try:  # checked even when off: a bad key fails before any run
-            writer_cfg = build_config(WriterConfig, dict(revise.writer or {}), "")
-            check_paths(writer_cfg, "revise.writer")
-            writer = RubricWriter(writer_cfg)
-        except ConfigError as err:
-            raise ParamError("revise.writer", str(err).lstrip(": ")) from None
-        if not revise.enabled:
-            return None
-        embed = None
-        if revise.retrieval == "semantic":
-            from functools import partial
-
-            from rlpost.rewards.embeddings import embed as minilm
-            from rlpost.rewards.embeddings import minilm_folder
-
-            try:
-                minilm_folder()  # the wheel is there (the error names its install)
-            except ConfigError as err:
-                raise ParamError("revise.retrieval", f"semantic: {err} Or set retrieval=lexical.") from None
-            embed = partial(minilm, device=revise.embed_device)
-        return RubricReviser(revise, writer.write, embed)
 
     def check_run(self, run: Any) -> None:
         """With ``revise.enabled``: one process (each rank would keep its own memory and revise its own rubric), and

@@ -55,7 +55,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Annotated, Any, Literal
 
+from rlpost.core.errors import ConfigError
 from rlpost.core.schema import Range
+from rlpost.rewards.base import ParamError
 from rlpost.rewards.rubric_memory import (
     MEMORY_FILE,
     Decision,
@@ -390,3 +392,36 @@ class RubricReviser:
     def close(self) -> None:
         if self._executor is not None:
             self._executor.shutdown(wait=False)
+
+
+def build_reviser(node: dict[str, Any] | None) -> RubricReviser | None:
+    """The rubric reward's ``revise`` node -> its in-loop reviser (None: off); the writer and embedder are checked
+    (ParamError naming the key), not loaded."""
+    from rlpost.core.schema import build_config, check_paths
+    from rlpost.rewards.rubric_writer import RubricWriter, WriterConfig
+
+    try:
+        revise = build_config(ReviseConfig, dict(node or {}), "")
+    except ConfigError as err:
+        raise ParamError("revise", str(err).lstrip(": ")) from None
+    try:  # checked even when off: a bad key fails before any run
+        writer_cfg = build_config(WriterConfig, dict(revise.writer or {}), "")
+        check_paths(writer_cfg, "revise.writer")
+        writer = RubricWriter(writer_cfg)
+    except ConfigError as err:
+        raise ParamError("revise.writer", str(err).lstrip(": ")) from None
+    if not revise.enabled:
+        return None
+    embed = None
+    if revise.retrieval == "semantic":
+        from functools import partial
+
+        from rlpost.rewards.embeddings import embed as minilm
+        from rlpost.rewards.embeddings import minilm_folder
+
+        try:
+            minilm_folder()  # the wheel is there (the error names its install)
+        except ConfigError as err:
+            raise ParamError("revise.retrieval", f"semantic: {err} Or set retrieval=lexical.") from None
+        embed = partial(minilm, device=revise.embed_device)
+    return RubricReviser(revise, writer.write, embed)
