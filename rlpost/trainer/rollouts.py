@@ -55,12 +55,17 @@ class RolloutSeams(SeamBase):
         flat = [(i, context, text) for i, pairs in enumerate(targets) for context, text in pairs or []]
         out: list[list[float] | None] = [None if pairs is None else [] for pairs in targets]
         if flat:
-            prompt_ids = [list(p) for p in self._tokenize_prompts([context for _, context, _ in flat])[0]]
+            prompt_ids = self._prompt_ids([context for _, context, _ in flat])
             text_ids = [self._tokenizer(text, add_special_tokens=False)["input_ids"] for _, _, text in flat]
             logps, mask = self._rollout_token_logprobs(prompt_ids, text_ids)
             for (i, _, _), total in zip(flat, (logps * mask).sum(1).tolist()):
                 out[i].append(total)  # type: ignore[union-attr]
         return out
+
+    def _prompt_ids(self, prompts: list) -> list[list[int]]:
+        """Prompts [M] (texts or message lists) -> token ids [M], rendered as TRL renders a prompt for generation (the
+        run's chat template with the assistant header): a context to score tokens after without sampling."""
+        return [list(ids) for ids in self._tokenize_prompts(prompts)[0]]
 
     @torch.no_grad()
     def _rollout_token_logprobs(
@@ -145,7 +150,7 @@ class RolloutSeams(SeamBase):
             step=self.state.global_step,
             seed=self.args.seed,
             policy_logprobs=self._rollout_token_logprobs,
-            prompt_ids=lambda prompts: [list(ids) for ids in self._tokenize_prompts(prompts)[0]],
+            prompt_ids=self._prompt_ids,
             log=lambda name, value: self.record_metric("train", name, value),
         )
 

@@ -216,7 +216,7 @@ class ScoringSeams(SeamBase):
         logps = torch.full(ids.shape, float("nan"), dtype=torch.float32, device=ids.device)
         if rows:
             prompts = [with_user_text(batch.prompts[i], f"{user_text(batch.prompts[i])}\n\n{hints[i]}") for i in rows]
-            prompt_ids = [list(p) for p in self._tokenize_prompts(prompts)[0]]
+            prompt_ids = self._prompt_ids(prompts)
             completions = [ids[i, : int(mask[i].sum())].tolist() for i in rows]  # the mask is a prefix (TRL)
             hinted, _ = self._rollout_token_logprobs(prompt_ids, completions, width=ids.size(1))
             logps[rows] = hinted[:, : ids.size(1)].float()
